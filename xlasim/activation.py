@@ -1,0 +1,113 @@
+"""Turning emulation on: choose the device count before torch_xla's runtime starts, then patch.
+
+The XLA CPU client reads `PJRT_DEVICE` and `CPU_NUM_DEVICES` once, when the runtime starts (the
+first use of a device). After that the count is fixed, so activating too late is an error that
+says how to fix it rather than a world of the wrong size.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from . import patches
+from .errors import DeviceCountError, RuntimeAlreadyStartedError, XlasimError
+from .topology import Topology
+from .world import World
+
+DEVICES_ENV = "XLASIM_DEVICES"
+#: Resident memory one emulated core costs (thread, device client state, compile caches), with room
+#: to spare; measured by benchmarks/run.py. It bounds how many cores a machine can hold.
+BYTES_PER_DEVICE = 48 * 2**20
+HARD_MAX_DEVICES = 1024
+
+_topology: Topology | None = None
+_world: World | None = None
+
+
+def max_devices() -> int:
+    """How many cores this machine can hold: available memory over the per-core cost."""
+    try:
+        available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        return HARD_MAX_DEVICES
+    return max(1, min(HARD_MAX_DEVICES, available // BYTES_PER_DEVICE))
+
+
+def _requested(devices: int | None) -> int:
+    if devices is None:
+        raw = os.environ.get(DEVICES_ENV)
+        if raw is None:
+            raise DeviceCountError(
+                f"no device count: call xlasim.emulate(devices=N) or set {DEVICES_ENV}=N")
+        try:
+            devices = int(raw)
+        except ValueError:
+            raise DeviceCountError(f"{DEVICES_ENV}={raw!r} is not a whole number") from None
+    if isinstance(devices, bool) or not isinstance(devices, int):
+        raise DeviceCountError(f"devices must be a whole number, got {devices!r}")
+    if devices < 1:
+        raise DeviceCountError(f"devices must be at least 1, got {devices}")
+    limit = max_devices()
+    if devices > limit:
+        raise DeviceCountError(
+            f"{devices} emulated cores do not fit this machine: at ~{BYTES_PER_DEVICE >> 20} MiB "
+            f"each, its available memory holds at most {limit}")
+    return devices
+
+
+def emulate(devices: int | None = None) -> Topology:
+    """Emulate a one-host slice of `devices` cores (default: `XLASIM_DEVICES`).
+
+    Call before the first use of an XLA device. Calling again with the same count is a no-op.
+    """
+    global _topology
+    count = _requested(devices)
+    platform = os.environ.get("PJRT_DEVICE", "CPU")
+    if platform.split("_")[0] != "CPU":
+        raise XlasimError(
+            f"PJRT_DEVICE={platform} is set, but emulation runs on the XLA CPU device: unset it, "
+            "or run natively (pytest --xla-backend=native) on a TPU VM")
+    if "torch_xla" not in sys.modules:
+        _choose_devices(count)  # before torch_xla's import picks a platform by itself
+    import torch_xla
+
+    if torch_xla._XLAC._xla_runtime_is_initialized():
+        started = torch_xla._XLAC._xla_get_devices()
+        if len(started) != count or not all(d.startswith("CPU") for d in started):
+            raise RuntimeAlreadyStartedError(
+                f"the XLA runtime already started with {len(started)} device(s) {started[:4]}, "
+                f"so it cannot emulate {count}. Activate emulation before the first use of an XLA "
+                f"device: call xlasim.emulate(devices={count}) first thing, or set {DEVICES_ENV}="
+                f"{count} (or CPU_NUM_DEVICES={count}) before starting Python.")
+    else:
+        _choose_devices(count)
+    _topology = Topology(count)
+    patches.install()
+    return _topology
+
+
+def _choose_devices(count: int) -> None:
+    os.environ["PJRT_DEVICE"] = "CPU"
+    os.environ["CPU_NUM_DEVICES"] = str(count)
+
+
+def is_emulated() -> bool:
+    return _topology is not None
+
+
+def topology() -> Topology:
+    if _topology is None:
+        if os.environ.get(DEVICES_ENV):
+            return emulate()
+        raise XlasimError(
+            f"emulation is not active: call xlasim.emulate(devices=N) or set {DEVICES_ENV}=N")
+    return _topology
+
+
+def world() -> World:
+    """The warm world of emulated ranks, started on first use."""
+    global _world
+    if _world is None or _world.topology != topology():
+        _world = World(topology())
+    return _world

@@ -1,0 +1,62 @@
+"""Where a rank is: the user's source line of a call, and the Python stack of a thread.
+
+Reports point at the user's code, not at xlasim or torch_xla internals, so frames from those
+packages (and from torch) are skipped when naming the line that made a call.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import traceback
+from types import FrameType
+
+import torch
+
+_INTERNAL_DIRS = tuple(
+    os.path.dirname(os.path.abspath(path)) + os.sep
+    for path in (__file__, torch.__file__, threading.__file__)
+)
+
+
+def _is_internal(filename: str) -> bool:
+    if filename.startswith("<"):
+        return True
+    absolute = os.path.abspath(filename)
+    if f"{os.sep}torch_xla{os.sep}" in absolute:
+        return True
+    if f"{os.sep}site-packages{os.sep}" in absolute and not absolute.startswith(_INTERNAL_DIRS[:2]):
+        return False
+    return absolute.startswith(_INTERNAL_DIRS)
+
+
+def user_frame(frame: FrameType | None = None) -> FrameType | None:
+    """The innermost frame that belongs to user code (outside xlasim, torch and torch_xla)."""
+    frame = frame or sys._getframe(1)
+    while frame is not None and _is_internal(frame.f_code.co_filename):
+        frame = frame.f_back
+    return frame
+
+
+def call_location(frame: FrameType | None = None) -> str:
+    """`file.py:LINE in function` of the user code that is calling into us."""
+    found = user_frame(frame or sys._getframe(1))
+    if found is None:
+        return "<unknown location>"
+    filename = os.path.relpath(found.f_code.co_filename)
+    return f"{filename}:{found.f_lineno} in {found.f_code.co_name}"
+
+
+def thread_stack(thread: threading.Thread) -> str:
+    """The formatted Python stack of a live thread, or a note when it has none."""
+    frame = sys._current_frames().get(thread.ident or -1)
+    if frame is None:
+        return "    (thread is not running)\n"
+    return "".join(traceback.format_stack(frame))
+
+
+def thread_location(thread: threading.Thread) -> str:
+    """The user source line a live thread is executing right now."""
+    frame = sys._current_frames().get(thread.ident or -1)
+    return call_location(frame) if frame is not None else "<not running>"

@@ -1,0 +1,135 @@
+"""torch.distributed with the `xla` backend, per rank.
+
+torch.distributed keeps its process-group registry in module globals (`distributed_c10d._world`),
+which emulated ranks, being threads, would share: the second `init_process_group` would fail.
+torch documents `_world` as an override point; we swap in a proxy that gives every rank of a run
+its own registry, as every TPU process has. `xla://` rendezvous gets an in-memory store per run
+(no TCP port, so pytest-xdist workers never clash), and ProcessGroupXla's barrier, send and recv
+go through the emulated rendezvous instead of a no-op and a world-wide permute.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed import distributed_c10d as c10d
+
+from . import context
+from .callsite import call_location
+from .collectives import check_received
+from .run import Call
+from .transfer import to_device, to_host
+
+_GROUP_NAME_STRIDE = 1_000_000
+
+
+class _RankRegistry(c10d._World):
+    """One rank's process-group registry (torch keeps these in module globals)."""
+
+    def __init__(self, rank: int):
+        super().__init__()
+        self._pg_map: dict = {}
+        self._pg_names: dict = {}
+        self._pg_group_ranks: dict = {}
+        self._pg_backend_config: dict = {}
+        self._tags_to_pg: dict = {}
+        self._pg_to_tag: dict = {}
+        # Group names are registered in a process-wide C++ table: keep each rank's distinct.
+        self._group_count = rank * _GROUP_NAME_STRIDE
+        self._first_group = self._group_count
+
+    pg_map = property(lambda self: self._pg_map)
+    pg_names = property(lambda self: self._pg_names)
+    pg_group_ranks = property(lambda self: self._pg_group_ranks)
+    pg_backend_config = property(lambda self: self._pg_backend_config)
+    tags_to_pg = property(lambda self: self._tags_to_pg)
+    pg_to_tag = property(lambda self: self._pg_to_tag)
+
+    @property
+    def group_count(self) -> int:
+        return self._group_count
+
+    @group_count.setter
+    def group_count(self, value: int) -> None:
+        self._group_count = self._first_group + value if value == 0 else value
+
+
+class _RegistryProxy:
+    """Stands in for `distributed_c10d._world`: routes to the calling rank's registry."""
+
+    def __init__(self, shared: c10d._World):
+        object.__setattr__(self, "_shared", shared)
+
+    def _target(self) -> c10d._World:
+        ctx = context.current()
+        if ctx is None:
+            return object.__getattribute__(self, "_shared")
+        return ctx.run.per_rank(ctx.rank, "dist", lambda: _RankRegistry(ctx.rank))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._target(), name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._target(), name, value)
+
+
+def _xla_rendezvous(url: str, timeout=None, **kwargs):
+    ctx = context.require("init_process_group('xla')")
+    store = ctx.run.shared("dist-store", dist.HashStore)
+    yield (store, ctx.rank, ctx.world_size)
+
+
+def _ret_work(result: Any):
+    future = torch.futures.Future()
+    future.set_result(result)
+    return torch._C._distributed_c10d._create_work_from_future(future)
+
+
+def _group_ranks(group) -> tuple[int, ...]:
+    return tuple(dist.get_process_group_ranks(group))
+
+
+def _barrier(self, opts):
+    ctx = context.require("dist.barrier")
+    call = Call("barrier", (("group", _group_ranks(self)),), call_location())
+    ctx.run.gather(ctx.rank, _group_ranks(self), call, None)
+    return _ret_work([])
+
+
+def _send(self, tensors, dst_rank, tag=0):
+    ctx = context.require("dist.send")
+    destination = dist.get_global_rank(self, dst_rank)
+    for tensor in tensors:
+        call = Call("send", (("dst", destination), ("tag", tag)), call_location())
+        ctx.run.send(ctx.rank, ("dist", ctx.rank, destination, tag), call, to_host([tensor])[0])
+    return _ret_work(tensors)
+
+
+def _recv(self, out_tensors, src_rank, tag=0):
+    ctx = context.require("dist.recv")
+    source = dist.get_global_rank(self, src_rank)
+    for output in out_tensors:
+        call = Call("recv", (("src", source), ("tag", tag)), call_location())
+        sent_by, value = ctx.run.receive(ctx.rank, ("dist", source, ctx.rank, tag), call)
+        check_received(value, output, sent_by, call)
+        with torch.no_grad():
+            output.copy_(to_device([value], output.device)[0])
+    return _ret_work(out_tensors)
+
+
+def patches() -> list[tuple[Any, str, Any]]:
+    """(owner, attribute, replacement) triples that route torch.distributed through the emulation."""
+    import importlib
+
+    from torch_xla.distributed.xla_backend import ProcessGroupXla
+
+    handlers = importlib.import_module("torch.distributed.rendezvous")._rendezvous_handlers
+    return [
+        (c10d, "_world", _RegistryProxy(c10d._world)),
+        (ProcessGroupXla, "barrier", _barrier),
+        (ProcessGroupXla, "send", _send),
+        (ProcessGroupXla, "recv", _recv),
+        (handlers, "xla", _xla_rendezvous),
+    ]

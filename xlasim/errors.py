@@ -1,0 +1,58 @@
+"""The errors xlasim raises.
+
+Every error names the cause and the rank(s) involved: on a real TPU slice the same situations
+hang with no message, so the text of these errors is the product.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+
+class XlasimError(RuntimeError):
+    """Base class of every error raised by the emulator."""
+
+
+class RuntimeAlreadyStartedError(XlasimError):
+    """The XLA runtime started before emulation could choose its device count."""
+
+
+class DeviceCountError(XlasimError, ValueError):
+    """An impossible number of emulated devices was asked for."""
+
+
+class OutsideWorldError(XlasimError):
+    """A collective or rank-only API was called from a thread that is not a rank."""
+
+
+class CollectiveMismatchError(XlasimError):
+    """Ranks called collectives that cannot be matched (another op, shape, dtype, group...)."""
+
+
+class DeadlockError(XlasimError):
+    """Every live rank waits and no wait can ever be satisfied."""
+
+
+class CollectiveTimeoutError(XlasimError):
+    """A rank never arrived within the bound; the report lists where every rank was."""
+
+
+class WorldAbortedError(XlasimError):
+    """Raised inside a rank that was released because the run was aborted by another cause."""
+
+    def __init__(self, cause: BaseException):
+        super().__init__(f"released: the run was aborted ({type(cause).__name__})")
+        self.cause = cause
+
+
+class RankFailedError(XlasimError):
+    """One or more ranks raised; holds each failing rank's exception and formatted traceback."""
+
+    def __init__(self, message: str, failures: Mapping[int, BaseException], tracebacks: Mapping[int, str]):
+        super().__init__(message)
+        self.failures = dict(failures)
+        self.tracebacks = dict(tracebacks)
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted(self.failures)

@@ -1,0 +1,75 @@
+"""Installing the emulation into torch_xla and torch.distributed, reversibly.
+
+Everything is patched at the module attribute real code looks up at call time
+(`xm.all_reduce`, `xr.world_size`, `xmp.spawn`...), so torch_xla's own helpers built on them
+(`xm.optimizer_step`, `xm.mesh_reduce`, `torch_xla.launch`, the differentiable collectives in
+`torch_xla.core.functions`, the `xla` process group) use the emulation without being touched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import MutableMapping
+from typing import Any
+
+_MISSING = object()
+_applied: list[tuple[Any, str, Any]] = []
+
+
+def _get(owner: Any, name: str) -> Any:
+    if isinstance(owner, MutableMapping):
+        return owner.get(name, _MISSING)
+    return owner.__dict__.get(name, _MISSING) if isinstance(owner, type) else getattr(owner, name, _MISSING)
+
+
+def _set(owner: Any, name: str, value: Any) -> None:
+    if isinstance(owner, MutableMapping):
+        if value is _MISSING:
+            owner.pop(name, None)
+        else:
+            owner[name] = value
+    elif value is _MISSING:
+        delattr(owner, name)
+    else:
+        setattr(owner, name, value)
+
+
+def _targets() -> list[tuple[Any, str, Any]]:
+    import torch_xla.core.xla_model as xm
+    import torch_xla.distributed.xla_multiprocessing as xmp
+    import torch_xla.runtime as xr
+    from torch_xla._internal import pjrt
+
+    from . import collectives, distributed, launch, queries
+
+    runtime_originals = {name: getattr(xr, name) for name in (
+        "world_size", "global_ordinal", "local_ordinal", "local_device_count",
+        "addressable_device_count", "global_device_count", "process_index", "process_count",
+        "host_index", "local_process_count", "device_type", "get_master_ip")}
+    targets = [(xr, name, fn) for name, fn in queries.runtime_queries(runtime_originals).items()]
+    targets.append((xm, "get_xla_supported_devices", queries.supported_devices(xm.get_xla_supported_devices)))
+    for name in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute",
+                 "collective_broadcast", "send", "recv", "xla_rendezvous", "rendezvous"):
+        targets.append((xm, name, getattr(collectives, name)))
+    targets += [(xmp, "spawn", launch.spawn), (pjrt, "spawn", launch.pjrt_spawn)]
+    targets += distributed.patches()
+    return targets
+
+
+def install() -> None:
+    """Apply every patch once; a second call is a no-op."""
+    if _applied:
+        return
+    for owner, name, replacement in _targets():
+        _applied.append((owner, name, _get(owner, name)))
+        _set(owner, name, replacement)
+
+
+def uninstall() -> None:
+    """Restore every original, in reverse order."""
+    while _applied:
+        owner, name, original = _applied.pop()
+        _set(owner, name, original)
+
+
+def installed() -> bool:
+    return bool(_applied)

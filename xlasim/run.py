@@ -1,0 +1,306 @@
+"""One execution of a function on every rank of a world, and the rendezvous its ranks share.
+
+A `Run` is the emulated equivalent of one TPU program launch. It owns:
+
+- the rendezvous slots where ranks meet for collectives (keyed by the participating ranks and
+  how many collectives those ranks already did together, as XLA matches them by program order),
+- point-to-point mailboxes for send/recv,
+- each rank's state (running, waiting where, done, failed) so that a rank that can never be
+  met is reported at once instead of hanging, and
+- the first cause of an abort, which releases every waiting rank.
+
+All state is guarded by one condition variable; waits are bounded by `collective_timeout`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .callsite import thread_location, thread_stack
+from .errors import (
+    CollectiveMismatchError,
+    CollectiveTimeoutError,
+    DeadlockError,
+    WorldAbortedError,
+)
+from .topology import Topology
+
+
+@dataclass(frozen=True)
+class Call:
+    """What one rank asked for: the op, the arguments that must agree, and where it asked."""
+
+    op: str
+    signature: tuple[tuple[str, Any], ...]
+    location: str
+
+    def describe(self) -> str:
+        args = ", ".join(f"{name}={value}" for name, value in self.signature)
+        return f"{self.op}({args}) at {self.location}"
+
+
+@dataclass
+class _Slot:
+    participants: tuple[int, ...]
+    opened_at: float
+    arrivals: dict[int, tuple[Call, Any]] = field(default_factory=dict)
+    complete: bool = False
+    done: bool = False
+    result: Any = None
+    error: BaseException | None = None
+    taken: int = 0
+
+
+RUNNING, WAITING, DONE, FAILED = "running", "waiting", "done", "failed"
+
+
+@dataclass
+class _RankState:
+    status: str = RUNNING
+    call: Call | None = None
+    since: float = 0.0
+    satisfiable: Callable[[], bool] | None = None
+
+
+class Run:
+    """The shared state of one launch of `size` ranks."""
+
+    def __init__(self, topology: Topology, size: int, collective_timeout: float):
+        self.topology = topology
+        self.size = size
+        self.collective_timeout = collective_timeout
+        self.cond = threading.Condition()
+        self.threads: list[threading.Thread | None] = [None] * size
+        self.results: list[Any] = [None] * size
+        self.failures: dict[int, BaseException] = {}
+        self.tracebacks: dict[int, str] = {}
+        self.abort_cause: BaseException | None = None
+        self._states = [_RankState() for _ in range(size)]
+        self._slots: dict[tuple[tuple[int, ...], int], _Slot] = {}
+        self._sequence: list[dict[tuple[int, ...], int]] = [{} for _ in range(size)]
+        self._mailboxes: dict[Any, deque[tuple[Call, Any]]] = {}
+        self._extensions: dict[Any, Any] = {}
+
+    # ----------------------------------------------------------------- per-run state of add-ons
+
+    def shared(self, key: Any, factory: Callable[[], Any]) -> Any:
+        """An object shared by every rank of this run, made on first use."""
+        with self.cond:
+            if key not in self._extensions:
+                self._extensions[key] = factory()
+            return self._extensions[key]
+
+    def per_rank(self, rank: int, key: Any, factory: Callable[[], Any]) -> Any:
+        """An object private to one rank of this run (what a TPU process keeps in its globals)."""
+        return self.shared((key, rank), factory)
+
+    # ----------------------------------------------------------------- rank lifecycle
+
+    def finish(self, rank: int, result: Any = None, error: BaseException | None = None,
+               traceback_text: str = "") -> None:
+        """Record that a rank's function returned or raised."""
+        with self.cond:
+            state = self._states[rank]
+            if error is None:
+                self.results[rank] = result
+                state.status = DONE
+            else:
+                state.status = FAILED
+                if not isinstance(error, WorldAbortedError):
+                    self.failures[rank] = error
+                    self.tracebacks[rank] = traceback_text
+                    self._abort(error)
+            state.call = None
+            self._check_progress()
+            self.cond.notify_all()
+
+    def stopped(self) -> bool:
+        return all(state.status in (DONE, FAILED) for state in self._states)
+
+    def unfinished_ranks(self) -> list[int]:
+        with self.cond:
+            return [r for r, s in enumerate(self._states) if s.status not in (DONE, FAILED)]
+
+    def stopped_ranks(self, failed: bool) -> list[int]:
+        status = FAILED if failed else DONE
+        with self.cond:
+            return [r for r, s in enumerate(self._states) if s.status == status]
+
+    def abort(self, cause: BaseException) -> None:
+        """Release every waiting rank; the first cause given wins."""
+        with self.cond:
+            self._abort(cause)
+
+    def _abort(self, cause: BaseException) -> None:
+        if self.abort_cause is None:
+            self.abort_cause = cause
+        self.cond.notify_all()
+
+    def _raise_if_aborted(self) -> None:
+        if self.abort_cause is not None:
+            raise WorldAbortedError(self.abort_cause)
+
+    # ----------------------------------------------------------------- collectives
+
+    def gather(self, rank: int, participants: Sequence[int], call: Call, payload: Any,
+               combine: Callable[[list[Any]], Any] | None = None) -> Any:
+        """Meet the other participants; return `combine(payloads in participant order)`.
+
+        The rank that completes the slot computes `combine` once for everyone; every
+        participant gets the same object back and must not mutate it.
+        """
+        participants = tuple(participants)
+        with self.cond:
+            self._raise_if_aborted()
+            sequence = self._sequence[rank].get(participants, 0)
+            self._sequence[rank][participants] = sequence + 1
+            key = (participants, sequence)
+            slot = self._slots.get(key)
+            if slot is None:
+                slot = self._slots[key] = _Slot(participants, time.monotonic())
+            slot.arrivals[rank] = (call, payload)
+            completing = len(slot.arrivals) == len(participants)
+            if completing:
+                self._check_signatures(slot)
+                slot.complete = True
+            else:
+                self._wait_state(rank, call, lambda: slot.complete)
+                self._check_progress()
+                self._wait(rank, lambda: slot.done, slot.opened_at)
+        if completing:
+            self._complete(slot, combine)
+        with self.cond:
+            slot.taken += 1
+            if slot.taken == len(participants):
+                del self._slots[key]
+        if slot.error is not None:
+            raise slot.error
+        return slot.result
+
+    def _complete(self, slot: _Slot, combine: Callable[[list[Any]], Any] | None) -> None:
+        payloads = [slot.arrivals[r][1] for r in slot.participants]
+        try:
+            slot.result = combine(payloads) if combine is not None else payloads
+        except Exception as error:
+            slot.error = error
+        with self.cond:
+            slot.done = True
+            self.cond.notify_all()
+
+    def _check_signatures(self, slot: _Slot) -> None:
+        calls = {rank: call for rank, (call, _) in slot.arrivals.items()}
+        first = calls[slot.participants[0]]
+        if all((c.op, c.signature) == (first.op, first.signature) for c in calls.values()):
+            return
+        lines = "\n".join(f"  rank {r}: {calls[r].describe()}" for r in sorted(calls))
+        error = CollectiveMismatchError(
+            f"ranks {list(slot.participants)} met at the same collective with calls that do not "
+            f"match (on a TPU this hangs or corrupts data):\n{lines}"
+        )
+        self._abort(error)
+        raise WorldAbortedError(error) from error
+
+    # ----------------------------------------------------------------- point to point
+
+    def send(self, rank: int, channel: Any, call: Call, payload: Any) -> None:
+        """Deposit a message; sends never block, as XLA's do not until the receiver runs."""
+        with self.cond:
+            self._raise_if_aborted()
+            self._mailboxes.setdefault(channel, deque()).append((call, payload))
+            self.cond.notify_all()
+
+    def receive(self, rank: int, channel: Any, call: Call) -> tuple[Call, Any]:
+        """Take the oldest message of a channel, waiting (bounded) until one is there."""
+        with self.cond:
+            self._raise_if_aborted()
+            box = self._mailboxes.setdefault(channel, deque())
+            if not box:
+                self._wait_state(rank, call, lambda: bool(box))
+                self._check_progress()
+                self._wait(rank, lambda: bool(box), time.monotonic())
+            return box.popleft()
+
+    # ----------------------------------------------------------------- waiting and reports
+
+    def _wait_state(self, rank: int, call: Call, satisfiable: Callable[[], bool]) -> None:
+        self._states[rank] = _RankState(WAITING, call, time.monotonic(), satisfiable)
+
+    def _wait(self, rank: int, ready: Callable[[], bool], since: float) -> None:
+        """Block (lock held) until `ready()`, an abort, or the collective timeout."""
+        try:
+            while not ready():
+                self._raise_if_aborted()
+                remaining = since + self.collective_timeout - time.monotonic()
+                if remaining <= 0:
+                    self._abort(self._timeout_error())
+                    self._raise_if_aborted()
+                self.cond.wait(timeout=min(remaining, 1.0))
+        finally:
+            self._states[rank].status = RUNNING
+            self._states[rank].call = None
+
+    def _check_progress(self) -> None:
+        """Abort at once when the waiting ranks can never all be served."""
+        if self.abort_cause is not None:
+            return
+        waiting = [r for r, s in enumerate(self._states) if s.status == WAITING]
+        if not waiting or any(self._states[r].satisfiable() for r in waiting):
+            return
+        running = [r for r, s in enumerate(self._states) if s.status == RUNNING]
+        finished = [r for r, s in enumerate(self._states) if s.status in (DONE, FAILED)]
+        stranded = self._stranded_slots(finished)
+        if running and not stranded:
+            return
+        lines = "\n".join(
+            f"  rank {r} waits in {self._states[r].call.describe()}" for r in waiting
+        )
+        if finished:
+            lines += f"\n  ranks {finished} returned from the function"
+        if stranded:
+            error: Exception = CollectiveMismatchError(
+                f"{stranded} can never complete: a rank it needs has already returned "
+                f"(a rank skipped a collective the others called):\n{lines}"
+            )
+        else:
+            error = DeadlockError(
+                "every live rank waits and no wait can be satisfied (ranks called different "
+                f"collectives, groups or send/recv pairs; on a TPU this hangs forever):\n{lines}"
+            )
+        self._abort(error)
+
+    def _stranded_slots(self, finished: list[int]) -> str:
+        for (participants, _), slot in self._slots.items():
+            missing = [r for r in participants if r not in slot.arrivals]
+            gone = [r for r in missing if r in finished]
+            if gone and not slot.complete:
+                op = next(iter(slot.arrivals.values()))[0].op
+                return f"{op} among ranks {list(participants)} (missing ranks {gone})"
+        return ""
+
+    def _timeout_error(self) -> CollectiveTimeoutError:
+        return CollectiveTimeoutError(
+            f"a collective waited more than {self.collective_timeout:g} s for ranks that never "
+            f"arrived (raise the bound with XLASIM_TIMEOUT or collective_timeout=).\n"
+            + self.describe_ranks()
+        )
+
+    def describe_ranks(self) -> str:
+        """Where every rank is, with its Python stack: the body of hang reports."""
+        parts = []
+        for rank, state in enumerate(self._states):
+            thread = self.threads[rank]
+            if state.status == WAITING and state.call is not None:
+                where = f"waits in {state.call.describe()}"
+            elif state.status == RUNNING and thread is not None:
+                where = f"is running at {thread_location(thread)} (never arrived)"
+            else:
+                where = state.status
+            parts.append(f"--- rank {rank} {where}")
+            if state.status in (RUNNING, WAITING) and thread is not None:
+                parts.append(thread_stack(thread).rstrip())
+        return "\n".join(parts)
