@@ -1,8 +1,8 @@
 """xlasim: an emulated multi-core XLA slice on torch_xla's CPU device.
 
-    import xlasim
-    xlasim.emulate(devices=8)          # before the first use of an XLA device
-    xmp.spawn(train, args=(...))       # runs train(rank, ...) on 8 emulated cores
+import xlasim
+xlasim.emulate(devices=8)          # before the first use of an XLA device
+xmp.spawn(train, args=(...))       # runs train(rank, ...) on 8 emulated cores
 """
 
 from .activation import emulate, is_emulated, max_devices, world

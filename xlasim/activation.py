@@ -39,7 +39,8 @@ def _requested(devices: int | None) -> int:
         raw = os.environ.get(DEVICES_ENV)
         if raw is None:
             raise DeviceCountError(
-                f"no device count: call xlasim.emulate(devices=N) or set {DEVICES_ENV}=N")
+                f"no device count: call xlasim.emulate(devices=N) or set {DEVICES_ENV}=N"
+            )
         try:
             devices = int(raw)
         except ValueError:
@@ -52,7 +53,8 @@ def _requested(devices: int | None) -> int:
     if devices > limit:
         raise DeviceCountError(
             f"{devices} emulated cores do not fit this machine: at ~{BYTES_PER_DEVICE >> 20} MiB "
-            f"each, its available memory holds at most {limit}")
+            f"each, its available memory holds at most {limit}"
+        )
     return devices
 
 
@@ -67,7 +69,8 @@ def emulate(devices: int | None = None) -> Topology:
     if platform.split("_")[0] != "CPU":
         raise XlasimError(
             f"PJRT_DEVICE={platform} is set, but emulation runs on the XLA CPU device: unset it, "
-            "or run natively (pytest --xla-backend=native) on a TPU VM")
+            "or run natively (pytest --xla-backend=native) on a TPU VM"
+        )
     if "torch_xla" not in sys.modules:
         _choose_devices(count)  # before torch_xla's import picks a platform by itself
     import torch_xla
@@ -79,7 +82,8 @@ def emulate(devices: int | None = None) -> Topology:
                 f"the XLA runtime already started with {len(started)} device(s) {started[:4]}, "
                 f"so it cannot emulate {count}. Activate emulation before the first use of an XLA "
                 f"device: call xlasim.emulate(devices={count}) first thing, or set {DEVICES_ENV}="
-                f"{count} (or CPU_NUM_DEVICES={count}) before starting Python.")
+                f"{count} (or CPU_NUM_DEVICES={count}) before starting Python."
+            )
     else:
         _choose_devices(count)
     _topology = Topology(count)
@@ -101,7 +105,8 @@ def topology() -> Topology:
         if os.environ.get(DEVICES_ENV):
             return emulate()
         raise XlasimError(
-            f"emulation is not active: call xlasim.emulate(devices=N) or set {DEVICES_ENV}=N")
+            f"emulation is not active: call xlasim.emulate(devices=N) or set {DEVICES_ENV}=N"
+        )
     return _topology
 
 

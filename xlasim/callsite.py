@@ -44,16 +44,22 @@ def call_location(frame: FrameType | None = None) -> str:
     found = user_frame(frame or sys._getframe(1))
     if found is None:
         return "<unknown location>"
-    filename = os.path.relpath(found.f_code.co_filename)
-    return f"{filename}:{found.f_lineno} in {found.f_code.co_name}"
+    return f"{_short(found.f_code.co_filename)}:{found.f_lineno} in {found.f_code.co_name}"
+
+
+def _short(filename: str) -> str:
+    relative = os.path.relpath(filename)
+    return filename if relative.startswith("..") else relative
 
 
 def thread_stack(thread: threading.Thread) -> str:
-    """The formatted Python stack of a live thread, or a note when it has none."""
+    """The user frames of a live thread's Python stack (innermost last)."""
     frame = sys._current_frames().get(thread.ident or -1)
     if frame is None:
         return "    (thread is not running)\n"
-    return "".join(traceback.format_stack(frame))
+    summary = traceback.extract_stack(frame)
+    user = [entry for entry in summary if not _is_internal(entry.filename)]
+    return "".join(traceback.format_list(user or summary[-3:]))
 
 
 def thread_location(thread: threading.Thread) -> str:

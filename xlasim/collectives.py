@@ -26,7 +26,11 @@ Groups = Sequence[Sequence[int]] | None
 
 
 def _describe_tensors(tensors: Sequence[torch.Tensor]) -> str:
-    return "[" + ", ".join(f"{str(t.dtype).removeprefix('torch.')}{tuple(t.shape)}" for t in tensors) + "]"
+    return (
+        "["
+        + ", ".join(f"{str(t.dtype).removeprefix('torch.')}{tuple(t.shape)}" for t in tensors)
+        + "]"
+    )
 
 
 def _call(op: str, **signature: Any) -> Call:
@@ -48,7 +52,9 @@ def group_of(rank: int, size: int, groups: Groups, *, equal_sizes: bool = False)
     for group in normalized:
         for member in group:
             if not 0 <= member < size:
-                raise ValueError(f"replica group {list(group)} names rank {member}, outside a world of {size}")
+                raise ValueError(
+                    f"replica group {list(group)} names rank {member}, outside a world of {size}"
+                )
             if member in seen:
                 raise ValueError(f"rank {member} appears in more than one replica group: {groups}")
             seen.add(member)
@@ -70,7 +76,9 @@ def _copy_into(targets: Sequence[torch.Tensor], values: Sequence[torch.Tensor]) 
             target.copy_(value)
 
 
-def _as_list(value: torch.Tensor | Sequence[torch.Tensor], what: str) -> tuple[list[torch.Tensor], bool]:
+def _as_list(
+    value: torch.Tensor | Sequence[torch.Tensor], what: str
+) -> tuple[list[torch.Tensor], bool]:
     if isinstance(value, torch.Tensor):
         return [value], True
     if isinstance(value, (list, tuple)) and all(isinstance(v, torch.Tensor) for v in value):
@@ -89,16 +97,26 @@ def _dim(tensor: torch.Tensor, dim: int, what: str) -> int:
 # ------------------------------------------------------------------------------ all_reduce
 
 
-def all_reduce(reduce_type: str, inputs: torch.Tensor | list[torch.Tensor], scale: float = 1.0,
-               groups: Groups = None, pin_layout: bool = True):
+def all_reduce(
+    reduce_type: str,
+    inputs: torch.Tensor | list[torch.Tensor],
+    scale: float = 1.0,
+    groups: Groups = None,
+    pin_layout: bool = True,
+):
     """xm.all_reduce: one tensor returns a new tensor; a list is reduced in place and returned."""
     ctx = context.require("xm.all_reduce")
     tensors, single = _as_list(inputs, "inputs")
     for tensor in tensors:
         check_reduce_type(reduce_type, tensor.dtype)
     members = group_of(ctx.rank, ctx.world_size, groups)
-    call = _call("all_reduce", reduce_type=reduce_type, scale=scale,
-                 groups=_normalize_groups(groups), tensors=_describe_tensors(tensors))
+    call = _call(
+        "all_reduce",
+        reduce_type=reduce_type,
+        scale=scale,
+        groups=_normalize_groups(groups),
+        tensors=_describe_tensors(tensors),
+    )
 
     def combine(payloads: list[list[torch.Tensor]]) -> list[torch.Tensor]:
         return [reduce(reduce_type, [p[i] for p in payloads], scale) for i in range(len(tensors))]
@@ -114,19 +132,27 @@ def all_reduce(reduce_type: str, inputs: torch.Tensor | list[torch.Tensor], scal
 # ------------------------------------------------------------------------------ all_gather
 
 
-def all_gather(value: torch.Tensor | list[torch.Tensor], dim: int = 0, groups: Groups = None,
-               output: torch.Tensor | list[torch.Tensor] | None = None, pin_layout: bool = True,
-               channel_id=None, use_global_device_ids=None):
+def all_gather(
+    value: torch.Tensor | list[torch.Tensor],
+    dim: int = 0,
+    groups: Groups = None,
+    output: torch.Tensor | list[torch.Tensor] | None = None,
+    pin_layout: bool = True,
+    channel_id=None,
+    use_global_device_ids=None,
+):
     """xm.all_gather: concatenate every group member's tensor along `dim`, in group order."""
     ctx = context.require("xm.all_gather")
     tensors, single = _as_list(value, "value")
     if not single and pin_layout:
         raise RuntimeError(
-            "For xm.all_gather with list of tensors input, pin_layout=True is not yet supported.")
+            "For xm.all_gather with list of tensors input, pin_layout=True is not yet supported."
+        )
     dims = [_dim(t, dim, "all_gather") for t in tensors]
     members = group_of(ctx.rank, ctx.world_size, groups, equal_sizes=True)
-    call = _call("all_gather", dim=dim, groups=_normalize_groups(groups),
-                 tensors=_describe_tensors(tensors))
+    call = _call(
+        "all_gather", dim=dim, groups=_normalize_groups(groups), tensors=_describe_tensors(tensors)
+    )
 
     def combine(payloads: list[list[torch.Tensor]]) -> list[torch.Tensor]:
         return [torch.cat([p[i] for p in payloads], dims[i]) for i in range(len(tensors))]
@@ -136,7 +162,9 @@ def all_gather(value: torch.Tensor | list[torch.Tensor], dim: int = 0, groups: G
     if output is not None:
         outputs, _ = _as_list(output, "output")
         if len(outputs) != len(results):
-            raise ValueError(f"`output` length doesn't match `input` length: {len(outputs)} vs {len(results)}.")
+            raise ValueError(
+                f"`output` length doesn't match `input` length: {len(outputs)} vs {len(results)}."
+            )
         _copy_into(outputs, results)
         return output
     return results[0] if single else results
@@ -145,26 +173,43 @@ def all_gather(value: torch.Tensor | list[torch.Tensor], dim: int = 0, groups: G
 # ------------------------------------------------------------------------------ reduce_scatter
 
 
-def reduce_scatter(reduce_type: str, input: torch.Tensor | list[torch.Tensor], scale: float,
-                   scatter_dim: int, shard_count: int, groups: Groups = None,
-                   output: torch.Tensor | list[torch.Tensor] | None = None, pin_layout: bool = True,
-                   channel_id=None, use_global_device_ids=None):
+def reduce_scatter(
+    reduce_type: str,
+    input: torch.Tensor | list[torch.Tensor],
+    scale: float,
+    scatter_dim: int,
+    shard_count: int,
+    groups: Groups = None,
+    output: torch.Tensor | list[torch.Tensor] | None = None,
+    pin_layout: bool = True,
+    channel_id=None,
+    use_global_device_ids=None,
+):
     """xm.reduce_scatter: reduce over the group, then each member keeps its shard of `scatter_dim`."""
     ctx = context.require("xm.reduce_scatter")
     tensors, single = _as_list(input, "input")
     members = group_of(ctx.rank, ctx.world_size, groups, equal_sizes=True)
     if shard_count != len(members):
         raise ValueError(
-            f"reduce_scatter: shard_count={shard_count} but the replica group has {len(members)} members")
+            f"reduce_scatter: shard_count={shard_count} but the replica group has {len(members)} members"
+        )
     dims = [_dim(t, scatter_dim, "reduce_scatter") for t in tensors]
     for tensor, d in zip(tensors, dims):
         check_reduce_type(reduce_type, tensor.dtype)
         if tensor.size(d) % shard_count:
-            raise ValueError(f"reduce_scatter: dimension {d} of shape {tuple(tensor.shape)} "
-                             f"is not divisible by shard_count={shard_count}")
-    call = _call("reduce_scatter", reduce_type=reduce_type, scale=scale, scatter_dim=scatter_dim,
-                 shard_count=shard_count, groups=_normalize_groups(groups),
-                 tensors=_describe_tensors(tensors))
+            raise ValueError(
+                f"reduce_scatter: dimension {d} of shape {tuple(tensor.shape)} "
+                f"is not divisible by shard_count={shard_count}"
+            )
+    call = _call(
+        "reduce_scatter",
+        reduce_type=reduce_type,
+        scale=scale,
+        scatter_dim=scatter_dim,
+        shard_count=shard_count,
+        groups=_normalize_groups(groups),
+        tensors=_describe_tensors(tensors),
+    )
 
     def combine(payloads: list[list[torch.Tensor]]) -> list[tuple[torch.Tensor, ...]]:
         shards = []
@@ -179,7 +224,9 @@ def reduce_scatter(reduce_type: str, input: torch.Tensor | list[torch.Tensor], s
     if output is not None:
         outputs, _ = _as_list(output, "output")
         if len(outputs) != len(results):
-            raise ValueError(f"`output` length doesn't match `input` length: {len(outputs)} vs {len(results)}.")
+            raise ValueError(
+                f"`output` length doesn't match `input` length: {len(outputs)} vs {len(results)}."
+            )
         _copy_into(outputs, results)
         return output
     return results[0] if single else results
@@ -188,22 +235,36 @@ def reduce_scatter(reduce_type: str, input: torch.Tensor | list[torch.Tensor], s
 # ------------------------------------------------------------------------------ all_to_all
 
 
-def all_to_all(value: torch.Tensor, split_dimension: int, concat_dimension: int, split_count: int,
-               groups: Groups = None, pin_layout: bool = True) -> torch.Tensor:
+def all_to_all(
+    value: torch.Tensor,
+    split_dimension: int,
+    concat_dimension: int,
+    split_count: int,
+    groups: Groups = None,
+    pin_layout: bool = True,
+) -> torch.Tensor:
     """xm.all_to_all: split along one dim, send piece j to member j, concat what arrives."""
     ctx = context.require("xm.all_to_all")
     members = group_of(ctx.rank, ctx.world_size, groups, equal_sizes=True)
     if split_count != len(members):
         raise ValueError(
-            f"all_to_all: split_count={split_count} but the replica group has {len(members)} members")
+            f"all_to_all: split_count={split_count} but the replica group has {len(members)} members"
+        )
     split_dim = _dim(value, split_dimension, "all_to_all")
     concat_dim = _dim(value, concat_dimension, "all_to_all")
     if value.size(split_dim) % split_count:
-        raise ValueError(f"all_to_all: dimension {split_dim} of shape {tuple(value.shape)} "
-                         f"is not divisible by split_count={split_count}")
-    call = _call("all_to_all", split_dimension=split_dimension, concat_dimension=concat_dimension,
-                 split_count=split_count, groups=_normalize_groups(groups),
-                 tensors=_describe_tensors([value]))
+        raise ValueError(
+            f"all_to_all: dimension {split_dim} of shape {tuple(value.shape)} "
+            f"is not divisible by split_count={split_count}"
+        )
+    call = _call(
+        "all_to_all",
+        split_dimension=split_dimension,
+        concat_dimension=concat_dimension,
+        split_count=split_count,
+        groups=_normalize_groups(groups),
+        tensors=_describe_tensors([value]),
+    )
 
     def combine(payloads: list[list[torch.Tensor]]) -> list[torch.Tensor]:
         pieces = [p[0].split(p[0].size(split_dim) // split_count, split_dim) for p in payloads]
@@ -220,7 +281,9 @@ def _check_pairs(pairs: Sequence[Sequence[int]], size: int) -> tuple[tuple[int, 
     normalized = tuple((int(s), int(t)) for s, t in pairs)
     for source, target in normalized:
         if not (0 <= source < size and 0 <= target < size):
-            raise ValueError(f"collective_permute pair ({source}, {target}) is outside a world of {size}")
+            raise ValueError(
+                f"collective_permute pair ({source}, {target}) is outside a world of {size}"
+            )
     for index, name in ((0, "source"), (1, "target")):
         column = [p[index] for p in normalized]
         if len(set(column)) != len(column):
@@ -245,17 +308,27 @@ def collective_permute(value: torch.Tensor, pairs: list[list[int]]) -> torch.Ten
     return to_device([received[ctx.rank]], value.device)[0]
 
 
-def collective_broadcast(tensors: list[torch.Tensor], root_ordinal: int = 0, groups: Groups = None,
-                         pin_layout: bool = True) -> None:
+def collective_broadcast(
+    tensors: list[torch.Tensor],
+    root_ordinal: int = 0,
+    groups: Groups = None,
+    pin_layout: bool = True,
+) -> None:
     """xm.collective_broadcast: in place, every tensor takes the root's value (zeros in groups
     without the root, as torch_xla's mask-and-sum implementation gives)."""
     ctx = context.require("xm.collective_broadcast")
     tensors, _ = _as_list(tensors, "tensors")
     if not 0 <= root_ordinal < ctx.world_size:
-        raise ValueError(f"collective_broadcast: root_ordinal={root_ordinal} outside a world of {ctx.world_size}")
+        raise ValueError(
+            f"collective_broadcast: root_ordinal={root_ordinal} outside a world of {ctx.world_size}"
+        )
     members = group_of(ctx.rank, ctx.world_size, groups)
-    call = _call("collective_broadcast", root_ordinal=root_ordinal,
-                 groups=_normalize_groups(groups), tensors=_describe_tensors(tensors))
+    call = _call(
+        "collective_broadcast",
+        root_ordinal=root_ordinal,
+        groups=_normalize_groups(groups),
+        tensors=_describe_tensors(tensors),
+    )
 
     def combine(payloads: list[list[torch.Tensor]]) -> list[torch.Tensor]:
         if root_ordinal in members:
@@ -287,27 +360,33 @@ def recv(output: torch.Tensor, channel_id: int) -> torch.Tensor:
     return output
 
 
-def check_received(value: torch.Tensor, output: torch.Tensor, sent_by: Call, received_by: Call) -> None:
+def check_received(
+    value: torch.Tensor, output: torch.Tensor, sent_by: Call, received_by: Call
+) -> None:
     """A receive buffer must have the shape and dtype of what was sent."""
     if value.shape != output.shape or value.dtype != output.dtype:
         raise ValueError(
             f"recv buffer {_describe_tensors([output])} does not match the tensor sent "
             f"{_describe_tensors([value])}: sent by {sent_by.describe()}, "
-            f"received by {received_by.describe()}")
+            f"received by {received_by.describe()}"
+        )
 
 
 # ------------------------------------------------------------------------------ rendezvous
 
 
-def xla_rendezvous(payload: bytes = b"", ordinals: list[int] | None = None,
-                   tag: str | None = None) -> list[bytes]:
+def xla_rendezvous(
+    payload: bytes = b"", ordinals: list[int] | None = None, tag: str | None = None
+) -> list[bytes]:
     """xm.xla_rendezvous: every participant's payload, in ordinal order."""
     ctx = context.require("xm.rendezvous")
     if not isinstance(payload, bytes):
         raise TypeError(f"`payload` must be bytes, not {type(payload)}")
     members = tuple(sorted(ordinals)) if ordinals else tuple(range(ctx.world_size))
     if ctx.rank not in members:
-        raise ValueError(f"rank {ctx.rank} joined rendezvous {tag!r} whose replicas {list(members)} exclude it")
+        raise ValueError(
+            f"rank {ctx.rank} joined rendezvous {tag!r} whose replicas {list(members)} exclude it"
+        )
     torch_xla.sync()
     call = _call("rendezvous", tag=tag, replicas=members)
     return list(ctx.run.gather(ctx.rank, members, call, payload))

@@ -48,7 +48,9 @@ class WorldAbortedError(XlasimError):
 class RankFailedError(XlasimError):
     """One or more ranks raised; holds each failing rank's exception and formatted traceback."""
 
-    def __init__(self, message: str, failures: Mapping[int, BaseException], tracebacks: Mapping[int, str]):
+    def __init__(
+        self, message: str, failures: Mapping[int, BaseException], tracebacks: Mapping[int, str]
+    ):
         super().__init__(message)
         self.failures = dict(failures)
         self.tracebacks = dict(tracebacks)

@@ -6,8 +6,14 @@ from collections.abc import Callable
 from typing import Any
 
 
-def spawn(fn: Callable[..., Any], args: tuple = (), nprocs: int | None = None, join: bool = True,
-          daemon: bool = False, start_method: str = "spawn") -> None:
+def spawn(
+    fn: Callable[..., Any],
+    args: tuple = (),
+    nprocs: int | None = None,
+    join: bool = True,
+    daemon: bool = False,
+    start_method: str = "spawn",
+) -> None:
     """torch_xla's contract: `nprocs` is None (every core) or 1; an exception in a rank reaches
     the caller (as `RankFailedError`, naming the rank, with the original as `__cause__`)."""
     from .activation import world
@@ -21,7 +27,8 @@ def spawn(fn: Callable[..., Any], args: tuple = (), nprocs: int | None = None, j
     world().run(fn, args, size=1 if nprocs == 1 else None)
 
 
-def pjrt_spawn(fn: Callable[..., Any], nprocs: int | None = None, start_method: str = "spawn",
-               args: tuple = ()) -> None:
+def pjrt_spawn(
+    fn: Callable[..., Any], nprocs: int | None = None, start_method: str = "spawn", args: tuple = ()
+) -> None:
     """`torch_xla._internal.pjrt.spawn`, whose arguments come in another order."""
     spawn(fn, args=args, nprocs=nprocs, start_method=start_method)

@@ -18,7 +18,11 @@ _applied: list[tuple[Any, str, Any]] = []
 def _get(owner: Any, name: str) -> Any:
     if isinstance(owner, MutableMapping):
         return owner.get(name, _MISSING)
-    return owner.__dict__.get(name, _MISSING) if isinstance(owner, type) else getattr(owner, name, _MISSING)
+    return (
+        owner.__dict__.get(name, _MISSING)
+        if isinstance(owner, type)
+        else getattr(owner, name, _MISSING)
+    )
 
 
 def _set(owner: Any, name: str, value: Any) -> None:
@@ -41,14 +45,39 @@ def _targets() -> list[tuple[Any, str, Any]]:
 
     from . import collectives, distributed, launch, queries
 
-    runtime_originals = {name: getattr(xr, name) for name in (
-        "world_size", "global_ordinal", "local_ordinal", "local_device_count",
-        "addressable_device_count", "global_device_count", "process_index", "process_count",
-        "host_index", "local_process_count", "device_type", "get_master_ip")}
+    runtime_originals = {
+        name: getattr(xr, name)
+        for name in (
+            "world_size",
+            "global_ordinal",
+            "local_ordinal",
+            "local_device_count",
+            "addressable_device_count",
+            "global_device_count",
+            "process_index",
+            "process_count",
+            "host_index",
+            "local_process_count",
+            "device_type",
+            "get_master_ip",
+        )
+    }
     targets = [(xr, name, fn) for name, fn in queries.runtime_queries(runtime_originals).items()]
-    targets.append((xm, "get_xla_supported_devices", queries.supported_devices(xm.get_xla_supported_devices)))
-    for name in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute",
-                 "collective_broadcast", "send", "recv", "xla_rendezvous", "rendezvous"):
+    targets.append(
+        (xm, "get_xla_supported_devices", queries.supported_devices(xm.get_xla_supported_devices))
+    )
+    for name in (
+        "all_reduce",
+        "all_gather",
+        "reduce_scatter",
+        "all_to_all",
+        "collective_permute",
+        "collective_broadcast",
+        "send",
+        "recv",
+        "xla_rendezvous",
+        "rendezvous",
+    ):
         targets.append((xm, name, getattr(collectives, name)))
     targets += [(xmp, "spawn", launch.spawn), (pjrt, "spawn", launch.pjrt_spawn)]
     targets += distributed.patches()

@@ -11,7 +11,12 @@ from collections.abc import Callable, Sequence
 import torch
 
 REDUCE_SUM, REDUCE_MUL, REDUCE_AND, REDUCE_OR, REDUCE_MIN, REDUCE_MAX = (
-    "sum", "mul", "and", "or", "min", "max",
+    "sum",
+    "mul",
+    "and",
+    "or",
+    "min",
+    "max",
 )
 REDUCE_TYPES = (REDUCE_SUM, REDUCE_MUL, REDUCE_AND, REDUCE_OR, REDUCE_MIN, REDUCE_MAX)
 

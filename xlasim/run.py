@@ -101,8 +101,13 @@ class Run:
 
     # ----------------------------------------------------------------- rank lifecycle
 
-    def finish(self, rank: int, result: Any = None, error: BaseException | None = None,
-               traceback_text: str = "") -> None:
+    def finish(
+        self,
+        rank: int,
+        result: Any = None,
+        error: BaseException | None = None,
+        traceback_text: str = "",
+    ) -> None:
         """Record that a rank's function returned or raised."""
         with self.cond:
             state = self._states[rank]
@@ -147,8 +152,14 @@ class Run:
 
     # ----------------------------------------------------------------- collectives
 
-    def gather(self, rank: int, participants: Sequence[int], call: Call, payload: Any,
-               combine: Callable[[list[Any]], Any] | None = None) -> Any:
+    def gather(
+        self,
+        rank: int,
+        participants: Sequence[int],
+        call: Call,
+        payload: Any,
+        combine: Callable[[list[Any]], Any] | None = None,
+    ) -> Any:
         """Meet the other participants; return `combine(payloads in participant order)`.
 
         The rank that completes the slot computes `combine` once for everyone; every
@@ -197,7 +208,10 @@ class Run:
         first = calls[slot.participants[0]]
         if all((c.op, c.signature) == (first.op, first.signature) for c in calls.values()):
             return
-        lines = "\n".join(f"  rank {r}: {calls[r].describe()}" for r in sorted(calls))
+        lines = "\n".join(
+            f"  {_ranks(ranks)}: {description}"
+            for description, ranks in _by_description(calls).items()
+        )
         error = CollectiveMismatchError(
             f"ranks {list(slot.participants)} met at the same collective with calls that do not "
             f"match (on a TPU this hangs or corrupts data):\n{lines}"
@@ -257,10 +271,13 @@ class Run:
         if running and not stranded:
             return
         lines = "\n".join(
-            f"  rank {r} waits in {self._states[r].call.describe()}" for r in waiting
+            f"  {_ranks(ranks)} wait{'s' if len(ranks) == 1 else ''} in {description}"
+            for description, ranks in _by_description(
+                {r: self._states[r].call for r in waiting}
+            ).items()
         )
         if finished:
-            lines += f"\n  ranks {finished} returned from the function"
+            lines += f"\n  {_ranks(finished)} returned from the function"
         if stranded:
             error: Exception = CollectiveMismatchError(
                 f"{stranded} can never complete: a rank it needs has already returned "
@@ -290,17 +307,49 @@ class Run:
         )
 
     def describe_ranks(self) -> str:
-        """Where every rank is, with its Python stack: the body of hang reports."""
+        """Where every rank is, with Python stacks: the body of hang reports.
+
+        Ranks that are not in a wait come first, each with its stack; ranks waiting in the
+        same call are listed together with the stack of the first of them.
+        """
         parts = []
         for rank, state in enumerate(self._states):
             thread = self.threads[rank]
-            if state.status == WAITING and state.call is not None:
-                where = f"waits in {state.call.describe()}"
-            elif state.status == RUNNING and thread is not None:
-                where = f"is running at {thread_location(thread)} (never arrived)"
-            else:
-                where = state.status
-            parts.append(f"--- rank {rank} {where}")
-            if state.status in (RUNNING, WAITING) and thread is not None:
+            if state.status == RUNNING and thread is not None:
+                parts.append(
+                    f"--- rank {rank} never arrived; it is running at {thread_location(thread)}"
+                )
                 parts.append(thread_stack(thread).rstrip())
+        waiting = {r: s.call for r, s in enumerate(self._states) if s.status == WAITING and s.call}
+        for description, ranks in _by_description(waiting).items():
+            parts.append(
+                f"--- {_ranks(ranks)} wait{'s' if len(ranks) == 1 else ''} in {description}"
+            )
+            thread = self.threads[ranks[0]]
+            if thread is not None:
+                parts.append(thread_stack(thread).rstrip())
+        finished = [r for r, s in enumerate(self._states) if s.status in (DONE, FAILED)]
+        if finished:
+            parts.append(f"--- {_ranks(finished)} returned from the function")
         return "\n".join(parts)
+
+
+def _by_description(calls: dict[int, Call]) -> dict[str, list[int]]:
+    grouped: dict[str, list[int]] = {}
+    for rank in sorted(calls):
+        grouped.setdefault(calls[rank].describe(), []).append(rank)
+    return grouped
+
+
+def _ranks(ranks: list[int]) -> str:
+    """`rank 3` or `ranks 0-5, 7`: compact enough for 64-core reports."""
+    spans: list[str] = []
+    start = previous = ranks[0]
+    for rank in [*ranks[1:], None]:
+        if rank is not None and rank == previous + 1:
+            previous = rank
+            continue
+        spans.append(str(start) if start == previous else f"{start}-{previous}")
+        if rank is not None:
+            start = previous = rank
+    return f"rank{'s' if len(ranks) > 1 else ''} {', '.join(spans)}"

@@ -38,9 +38,7 @@ class _Worker:
         self.rank = rank
         self.device = device
         self.jobs: queue.SimpleQueue = queue.SimpleQueue()
-        self.thread = threading.Thread(
-            target=self._loop, name=f"xlasim-rank-{rank}", daemon=True
-        )
+        self.thread = threading.Thread(target=self._loop, name=f"xlasim-rank-{rank}", daemon=True)
         self.thread.start()
 
     def _loop(self) -> None:
@@ -56,7 +54,9 @@ class _Worker:
             try:
                 result = fn(*args, **kwargs)
             except BaseException as error:  # every failure is reported, none is lost
-                run.finish(self.rank, error=error, traceback_text=traceback.format_exc())
+                user_traceback = error.__traceback__.tb_next if error.__traceback__ else None
+                text = "".join(traceback.format_exception(type(error), error, user_traceback))
+                run.finish(self.rank, error=error, traceback_text=text)
             else:
                 run.finish(self.rank, result=result)
             finally:
@@ -80,9 +80,16 @@ class World:
     def size(self) -> int:
         return self.topology.devices
 
-    def run(self, fn: Callable[..., Any], args: Sequence[Any] = (), kwargs: dict | None = None,
-            *, size: int | None = None, timeout: float | None = None,
-            pass_rank: bool = True) -> list[Any]:
+    def run(
+        self,
+        fn: Callable[..., Any],
+        args: Sequence[Any] = (),
+        kwargs: dict | None = None,
+        *,
+        size: int | None = None,
+        timeout: float | None = None,
+        pass_rank: bool = True,
+    ) -> list[Any]:
         """Run `fn(rank, *args, **kwargs)` on ranks 0..size-1 and return the per-rank results.
 
         `size` selects a sub-world of the first `size` cores (default: all). `timeout` bounds
@@ -116,9 +123,11 @@ class World:
                 if run.abort_cause is not None:
                     break
                 if deadline is not None and time.monotonic() >= deadline:
-                    run.abort(CollectiveTimeoutError(
-                        f"the run did not finish within {timeout:g} s.\n" + run.describe_ranks()
-                    ))
+                    run.abort(
+                        CollectiveTimeoutError(
+                            f"the run did not finish within {timeout:g} s.\n" + run.describe_ranks()
+                        )
+                    )
                     break
                 wait = 1.0 if deadline is None else min(1.0, deadline - time.monotonic())
                 run.cond.wait(timeout=max(wait, 0.0))
