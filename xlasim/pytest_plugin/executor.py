@@ -1,0 +1,39 @@
+"""The one interface the plugin runs ranks through, whichever backend plays them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from .outcomes import RankOutcome
+
+
+class Executor(Protocol):
+    """Runs a function on the first `size` ranks and reports how each rank ended."""
+
+    #: "emulated" or "native".
+    name: str
+
+    @property
+    def size(self) -> int:
+        """How many ranks (cores) this session has."""
+
+    def describe(self) -> str:
+        """The topology, for the report header."""
+
+    def run_ranks(
+        self,
+        fn: Callable[..., Any],
+        args: Sequence[Any],
+        kwargs: dict[str, Any],
+        *,
+        size: int,
+        timeout: float,
+        tee: bool,
+    ) -> list[RankOutcome]:
+        """Call `fn(*args, **kwargs)` on ranks 0..size-1.
+
+        Rank failures come back in the outcomes; a run-level failure (collective mismatch,
+        deadlock, timeout) raises an `xlasim.XlasimError` describing every rank. `tee` passes
+        rank output through live as well as capturing it.
+        """

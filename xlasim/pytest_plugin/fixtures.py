@@ -1,0 +1,125 @@
+"""The fixtures tests use to reach the ranks: `xla_rank` (inside ranks) and `xla_world` (outside).
+
+`xla_world` is session-scoped on purpose: the world is per process anyway, and Hypothesis
+refuses function-scoped fixtures in `@given` tests, which is where `xla_world.run` is most
+useful (every example is drawn once in the parent and handed to every rank).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from ..context import current
+from .activation import executor, run_ranks
+from .options import resolve
+from .outcomes import results
+from .timeouts import timeout_for
+
+if TYPE_CHECKING:
+    import torch
+
+
+@dataclass(frozen=True)
+class XlaRank:
+    """One rank's view of the world it runs in."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+
+    @classmethod
+    def current(cls) -> XlaRank:
+        """The calling rank: from the emulated context, or the real runtime in a native worker."""
+        import torch
+
+        ctx = current()
+        if ctx is not None:
+            return cls(ctx.rank, ctx.world_size, ctx.local_rank, torch.device(ctx.device))
+        import torch_xla
+        import torch_xla.runtime as xr
+
+        return cls(xr.global_ordinal(), xr.world_size(), xr.local_ordinal(), torch_xla.device())
+
+
+class RankPlaceholder:
+    """What `xla_rank` is outside the ranks; each rank swaps it for its own `XlaRank`."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AttributeError(
+            f"xla_rank.{name} was read outside a rank: fixtures are resolved once in the parent "
+            "process and handed to every rank, so only the test body of a @pytest.mark.xla test "
+            "sees a rank's view (read it there, or use xlasim.current() / xr.global_ordinal())"
+        )
+
+    def __repr__(self) -> str:
+        return "<xla_rank: filled in on each rank>"
+
+
+class XlaWorld:
+    """Parent-side handle on the session's ranks: `run(fn, *args, **kwargs)` on every rank."""
+
+    def __init__(self, config: pytest.Config):
+        self._config = config
+        #: Bound on each run; set from the current test's marker before it runs.
+        self.timeout = resolve(config).timeout
+
+    @property
+    def size(self) -> int:
+        """How many ranks (cores) the session has."""
+        return executor(self._config).size
+
+    def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> list[Any]:
+        """Call `fn(*args, **kwargs)` on every rank; return the per-rank results in rank order.
+
+        `fn` gets no rank argument: it asks `xr.global_ordinal()` or `xlasim.current()`.
+        Raises `xlasim.RankFailedError` (naming each failing rank) when ranks raise.
+        """
+        return self.run_on(self.size, fn, *args, **kwargs)
+
+    def run_on(self, size: int, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> list[Any]:
+        """`run` on a sub-world of the first `size` ranks."""
+        if not 1 <= size <= self.size:
+            pytest.skip(f"needs {size} XLA cores, this session has {self.size} (--xla-devices)")
+        return results(run_ranks(self._config, fn, args, kwargs, size=size, timeout=self.timeout))
+
+    def __repr__(self) -> str:
+        return f"<xla_world of {self.size} ranks>"
+
+
+_world_key = pytest.StashKey[XlaWorld]()
+
+
+def _handle(config: pytest.Config) -> XlaWorld:
+    if _world_key not in config.stash:
+        config.stash[_world_key] = XlaWorld(config)
+    return config.stash[_world_key]
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    _handle(item.config).timeout = timeout_for(item)
+
+
+@pytest.fixture
+def xla_rank(request: pytest.FixtureRequest) -> RankPlaceholder:
+    """The rank running the test body (`rank`, `world_size`, `local_rank`, `device`).
+
+    Only for `@pytest.mark.xla` tests, whose body runs on every rank.
+    """
+    if request.node.get_closest_marker("xla") is None:
+        pytest.fail(
+            f"{request.node.nodeid} asks for xla_rank but is not marked @pytest.mark.xla: only a "
+            "marked test's body runs on the ranks (or use the xla_world fixture to run a function)",
+            pytrace=False,
+        )
+    return RankPlaceholder()
+
+
+@pytest.fixture(scope="session")
+def xla_world(pytestconfig: pytest.Config) -> XlaWorld:
+    """Runs functions on every rank from a normal (unmarked) test: `xla_world.run(fn, *args)`."""
+    return _handle(pytestconfig)

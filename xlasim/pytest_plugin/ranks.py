@@ -1,0 +1,117 @@
+"""`@pytest.mark.xla`: the test body runs on every rank, and the ranks make one test result.
+
+Fixtures and `parametrize` values are resolved once, in the parent, and the same objects are
+handed to every rank (as `xmp.spawn` args are); only `xla_rank` differs per rank.
+`devices=N` runs on the first N cores, `devices=[...]` parametrizes over world sizes, and a
+size the session does not have is skipped at collection with a reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from .activation import executor, run_ranks
+from .fixtures import RankPlaceholder, XlaRank
+from .outcomes import outcomes_key, settle
+from .timeouts import timeout_for
+
+_SIZE_PARAM = "_xla_world_size"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "xla(devices=None): run the test body on every rank of the emulated (or real) slice; "
+        "devices=N for a sub-world of N cores, devices=[1, 2, 8] to parametrize over sizes",
+    )
+
+
+def _devices(marker: pytest.Mark) -> int | list[int] | None:
+    devices = marker.kwargs.get("devices", marker.args[0] if marker.args else None)
+    sizes = devices if isinstance(devices, (list, tuple)) else [devices]
+    if devices is not None and not all(
+        isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in sizes
+    ):
+        raise pytest.UsageError(
+            f"@pytest.mark.xla(devices={devices!r}): devices must be a positive whole number "
+            "or a list of them"
+        )
+    return list(devices) if isinstance(devices, (list, tuple)) else devices
+
+
+@pytest.fixture(autouse=True)
+def _xla_world_size(request: pytest.FixtureRequest) -> int | None:
+    """Carries the world size a `devices=[...]` test was parametrized with (None otherwise)."""
+    return getattr(request, "param", None)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    marker = metafunc.definition.get_closest_marker("xla")
+    if marker is None:
+        return
+    devices = _devices(marker)
+    if isinstance(devices, list):
+        ids = [f"{n}dev" for n in devices]
+        metafunc.parametrize(_SIZE_PARAM, devices, indirect=True, ids=ids)
+
+
+def world_size(item: pytest.Item) -> int:
+    """How many ranks a marked test runs on."""
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and _SIZE_PARAM in callspec.params:
+        return callspec.params[_SIZE_PARAM]
+    devices = _devices(item.get_closest_marker("xla"))  # type: ignore[arg-type]
+    return executor(item.config).size if devices is None else devices  # type: ignore[return-value]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("xla") is None:
+            continue
+        needed, available = world_size(item), executor(config).size
+        if needed > available:
+            item.add_marker(
+                pytest.mark.skip(
+                    reason=f"needs {needed} XLA cores, this session has {available} "
+                    f"(--xla-devices={needed} or more to run it)"
+                )
+            )
+
+
+def call_test(fn: Callable[..., Any], kwargs: dict[str, Any]) -> None:
+    """What each rank runs: the test function, with `xla_rank` filled in for this rank."""
+    rank_view = None
+    for name, value in kwargs.items():
+        if isinstance(value, RankPlaceholder):
+            rank_view = rank_view or XlaRank.current()
+            kwargs = {**kwargs, name: rank_view}
+    fn(**kwargs)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    if pyfuncitem.get_closest_marker("xla") is None:
+        return None
+    fn = pyfuncitem.obj
+    if getattr(fn, "is_hypothesis_test", False):
+        pytest.fail(
+            "@pytest.mark.xla cannot be combined with Hypothesis' @given: each rank would draw "
+            "its own examples. Leave the test unmarked and call xla_world.run(fn, example) from "
+            "it, so every rank gets the example drawn in the parent.",
+            pytrace=False,
+        )
+    kwargs = {arg: pyfuncitem.funcargs[arg] for arg in pyfuncitem._fixtureinfo.argnames}
+    outcomes = run_ranks(
+        pyfuncitem.config,
+        call_test,
+        (fn, kwargs),
+        {},
+        size=world_size(pyfuncitem),
+        timeout=timeout_for(pyfuncitem),
+    )
+    pyfuncitem.stash[outcomes_key] = outcomes
+    settle(outcomes)
+    return True
