@@ -29,8 +29,8 @@ class CollectiveMismatchError(XlasimError):
     """Ranks called collectives that cannot be matched (another op, shape, dtype, group...)."""
 
 
-class DeadlockError(XlasimError):
-    """Every live rank waits and no wait can ever be satisfied."""
+class DeadlockError(CollectiveMismatchError):
+    """Every live rank waits and no wait can ever be satisfied: ranks disagree on what comes next."""
 
 
 class CollectiveTimeoutError(XlasimError):

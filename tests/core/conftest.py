@@ -1,0 +1,37 @@
+"""Tests of the emulator itself: they need the emulated world (they are skipped on a real TPU)."""
+
+import os
+
+import pytest
+
+import xlasim
+
+CORE_DEVICES = 8
+
+
+def pytest_collection_modifyitems(config, items):
+    if os.environ.get("PJRT_DEVICE", "CPU").startswith("TPU"):
+        skip = pytest.mark.skip(reason="xlasim's own tests need emulation, not a TPU")
+        for item in items:
+            if "tests/core" in str(item.fspath):
+                item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def world() -> xlasim.World:
+    """The emulated world; started here with 8 cores if the plugin did not start one."""
+    if not xlasim.is_emulated():
+        xlasim.emulate(devices=int(os.environ.get("XLASIM_DEVICES", CORE_DEVICES)))
+    world = xlasim.world()
+    if world.size < CORE_DEVICES:
+        pytest.skip(f"xlasim's core tests need {CORE_DEVICES} emulated cores, have {world.size}")
+    return world
+
+
+@pytest.fixture
+def short_timeout(world):
+    """A 2 s collective bound for tests that provoke hangs."""
+    saved = world.collective_timeout
+    world.collective_timeout = 2.0
+    yield 2.0
+    world.collective_timeout = saved

@@ -1,0 +1,111 @@
+"""torch.distributed with the xla backend on emulated ranks: each rank has its own process group."""
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+import torch_xla
+import torch_xla.distributed.xla_backend
+
+
+def with_process_group(body):
+    def fn(rank):
+        dist.init_process_group("xla", init_method="xla://")
+        try:
+            return body(rank, torch_xla.device())
+        finally:
+            dist.destroy_process_group()
+
+    return fn
+
+
+def full(value, n=2, device=None):
+    return torch.full((n,), float(value), device=device)
+
+
+@pytest.mark.parametrize("size", [2, 3, 8])
+def test_collectives_through_torch_distributed(world, size):
+    def body(rank, device):
+        assert (dist.get_rank(), dist.get_world_size()) == (rank, size)
+        reduced = full(rank, device=device)
+        dist.all_reduce(reduced)
+        gathered = [torch.zeros(2, device=device) for _ in range(size)]
+        dist.all_gather(gathered, full(rank, device=device))
+        flat = torch.zeros(2 * size, device=device)
+        dist.all_gather_into_tensor(flat, full(rank, device=device))
+        shard = torch.zeros(2, device=device)
+        dist.reduce_scatter_tensor(
+            shard, torch.arange(2 * size, dtype=torch.float32, device=device)
+        )
+        broadcast = full(rank, 3, device)
+        dist.broadcast(broadcast, src=size - 1)
+        exchanged = torch.zeros(size, device=device)
+        dist.all_to_all_single(
+            exchanged, torch.arange(size, dtype=torch.float32, device=device) + 10 * rank
+        )
+        dist.barrier()
+        return (
+            reduced.cpu(),
+            [g.cpu() for g in gathered],
+            flat.cpu(),
+            shard.cpu(),
+            broadcast.cpu(),
+            exchanged.cpu(),
+            str(reduced.device),
+        )
+
+    total = sum(range(size))
+    for rank, (reduced, gathered, flat, shard, broadcast, exchanged, device) in enumerate(
+        world.run(with_process_group(body), size=size)
+    ):
+        assert device == f"xla:{rank}"
+        assert reduced.tolist() == [total, total]
+        assert [g.tolist() for g in gathered] == [[r, r] for r in range(size)]
+        assert flat.tolist() == [r for r in range(size) for _ in range(2)]
+        assert shard.tolist() == [size * (2 * rank), size * (2 * rank + 1)]
+        assert broadcast.tolist() == [size - 1] * 3
+        assert exchanged.tolist() == [rank + 10 * source for source in range(size)]
+
+
+def test_send_recv_pairs(world):
+    def body(rank, device):
+        if rank % 2 == 0:
+            dist.send(full(rank + 100, device=device), dst=rank + 1)
+            return None
+        received = torch.zeros(2, device=device)
+        dist.recv(received, src=rank - 1)
+        return received.cpu().tolist()
+
+    results = world.run(with_process_group(body), size=4)
+    assert results[1] == [100.0, 100.0] and results[3] == [102.0, 102.0]
+
+
+def test_barrier_is_a_real_rendezvous(world):
+    import xlasim
+
+    def body(rank, device):
+        if rank != 1:
+            dist.barrier()
+
+    with pytest.raises(xlasim.CollectiveMismatchError, match="barrier"):
+        world.run(with_process_group(body), size=3)
+
+
+def test_process_groups_are_per_rank_and_fresh_each_run(world):
+    def body(rank, device):
+        return dist.is_initialized(), dist.get_rank()
+
+    assert world.run(with_process_group(body), size=4) == [(True, r) for r in range(4)]
+    assert not dist.is_initialized()  # the main thread never joined a group
+    assert world.run(with_process_group(body), size=4) == [(True, r) for r in range(4)]
+
+
+def test_all_reduce_bfloat16_via_distributed(world):
+    def body(rank, device):
+        value = torch.full((4,), rank + 0.5, dtype=torch.bfloat16, device=device)
+        dist.all_reduce(value, op=dist.ReduceOp.MAX)
+        return value.dtype, value.cpu().float().numpy()
+
+    for dtype, value in world.run(with_process_group(body)):
+        assert dtype == torch.bfloat16
+        np.testing.assert_array_equal(value, np.full(4, 7.5, np.float32))

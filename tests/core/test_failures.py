@@ -1,0 +1,178 @@
+"""Failure semantics: every way a TPU slice would hang or die becomes a prompt, named error."""
+
+import threading
+import time
+
+import pytest
+import torch
+import torch_xla
+import torch_xla.core.xla_model as xm
+import torch_xla.distributed.xla_multiprocessing as xmp
+
+import xlasim
+
+
+def ones(n: int = 2) -> torch.Tensor:
+    return torch.ones(n, device=torch_xla.device())
+
+
+def test_rank_that_raises_releases_peers_within_a_second_and_is_named(world):
+    def fn(rank):
+        if rank == 5:
+            time.sleep(0.2)  # peers are already blocked in the collective
+            raise KeyError("rank five lost its key")
+        xm.all_reduce("sum", ones())
+
+    started = time.monotonic()
+    with pytest.raises(xlasim.RankFailedError) as caught:
+        world.run(fn)
+    elapsed = time.monotonic() - started
+    assert elapsed < 1.2 + 0.2
+    error = caught.value
+    assert error.ranks == [5]
+    assert isinstance(error.__cause__, KeyError)
+    assert "rank 5 of 8 raised KeyError" in str(error)
+    assert "rank five lost its key" in error.tracebacks[5]
+    assert "test_failures.py" in error.tracebacks[5]
+
+
+def test_several_failing_ranks_each_keep_their_traceback(world):
+    def fn(rank):
+        if rank in (1, 6):
+            raise ValueError(f"bad input on {rank}")
+        xm.all_reduce("sum", ones())
+
+    with pytest.raises(xlasim.RankFailedError) as caught:
+        world.run(fn)
+    assert caught.value.ranks == [1, 6]
+    assert "bad input on 1" in caught.value.tracebacks[1]
+    assert "bad input on 6" in caught.value.tracebacks[6]
+
+
+def test_spawn_surfaces_rank_exceptions_to_the_caller(world):
+    def fn(index):
+        if index == 2:
+            raise RuntimeError("spawned rank failed")
+
+    with pytest.raises(xlasim.RankFailedError, match="spawned rank failed") as caught:
+        xmp.spawn(fn)
+    assert caught.value.ranks == [2]
+
+
+@pytest.mark.parametrize(
+    "mismatch, expected",
+    [
+        (lambda r: xm.all_reduce("sum", ones(3 if r == 4 else 2)), "float32(3,)"),
+        (lambda r: xm.all_reduce("max" if r == 4 else "sum", ones()), "reduce_type=max"),
+        (lambda r: xm.all_gather(ones()) if r == 4 else xm.all_reduce("sum", ones()), "all_gather"),
+        (
+            lambda r: xm.all_reduce("sum", ones().to(torch.int32 if r == 4 else torch.float32)),
+            "int32",
+        ),
+        (
+            lambda r: xm.collective_broadcast([ones()], root_ordinal=1 if r == 4 else 0),
+            "root_ordinal=1",
+        ),
+        (lambda r: xm.rendezvous("late" if r == 4 else "early"), "tag=late"),
+    ],
+    ids=["shape", "op-argument", "op", "dtype", "root", "rendezvous-tag"],
+)
+def test_mismatched_calls_fail_at_once_naming_each_rank_and_line(world, mismatch, expected):
+    def fn(rank):
+        mismatch(rank)
+
+    started = time.monotonic()
+    with pytest.raises(xlasim.CollectiveMismatchError) as caught:
+        world.run(fn)
+    assert time.monotonic() - started < 1.0
+    message = str(caught.value)
+    assert "rank 4:" in message and "ranks 0-3, 5-7:" in message
+    assert expected in message
+    assert "test_failures.py:" in message
+
+
+def test_mismatched_groups_are_a_deadlock_reported_at_once(world):
+    def fn(rank):
+        groups = [[0, 1, 2, 3], [4, 5, 6, 7]] if rank == 0 else None
+        xm.all_reduce("sum", ones(), groups=groups)
+
+    started = time.monotonic()
+    with pytest.raises(xlasim.CollectiveMismatchError) as caught:
+        world.run(fn)
+    assert time.monotonic() - started < 1.0
+    assert "groups=((0, 1, 2, 3), (4, 5, 6, 7))" in str(caught.value)
+
+
+def test_rank_that_skips_a_collective_is_reported_at_once(world):
+    def fn(rank):
+        if rank != 3:
+            xm.all_reduce("sum", ones())
+
+    with pytest.raises(xlasim.CollectiveMismatchError, match=r"missing ranks \[3\]"):
+        world.run(fn)
+
+
+def test_recv_without_sender_is_a_deadlock(world):
+    def fn(rank):
+        if rank == 0:
+            xm.recv(torch.zeros(1, device=torch_xla.device()), channel_id=3)
+
+    with pytest.raises(xlasim.DeadlockError, match="recv"):
+        world.run(fn, size=2)
+
+
+def test_rank_that_never_arrives_times_out_with_stacks_and_world_recovers(world, short_timeout):
+    release = threading.Event()
+
+    def fn(rank):
+        if rank == 6:
+            release.wait(30)  # stuck in user code, not in a collective
+        xm.all_reduce("sum", ones())
+
+    started = time.monotonic()
+    with pytest.raises(xlasim.CollectiveTimeoutError) as caught:
+        world.run(fn)
+    elapsed = time.monotonic() - started
+    release.set()
+    assert short_timeout <= elapsed < short_timeout + 2.0
+    report = str(caught.value)
+    assert "rank 6 never arrived" in report
+    assert "release.wait(30)" in report  # the stuck rank's own stack
+    assert "ranks 0-5, 7 wait in all_reduce" in report
+    assert world.run(lambda r: xm.all_reduce("sum", ones(1)).item()) == [8.0] * 8
+
+
+def test_run_timeout_bounds_code_that_never_calls_a_collective(world):
+    stop = threading.Event()
+
+    def fn(rank):
+        while not stop.is_set() and rank == 0:
+            time.sleep(0.01)
+
+    with pytest.raises(xlasim.CollectiveTimeoutError, match="did not finish within 0.5 s"):
+        world.run(fn, timeout=0.5)
+    stop.set()
+    assert world.run(lambda r: r) == list(range(8))
+
+
+def test_misuse_has_clear_errors(world):
+    with pytest.raises(xlasim.OutsideWorldError, match="outside an emulated world"):
+        xm.all_reduce("sum", torch.ones(2))
+    with pytest.raises(xlasim.DeviceCountError, match="at least 1"):
+        xlasim.emulate(devices=0)
+    with pytest.raises(xlasim.DeviceCountError, match="do not fit this machine"):
+        xlasim.emulate(devices=10**7)
+    with pytest.raises(xlasim.DeviceCountError, match="emulates 8 cores"):
+        world.run(lambda r: r, size=9)
+    with pytest.raises(xlasim.RuntimeAlreadyStartedError, match="already started with 8"):
+        xlasim.emulate(devices=4)
+    with pytest.raises(ValueError, match="nprocs"):
+        xmp.spawn(lambda i: i, nprocs=4)
+
+
+def test_spawn_from_inside_a_rank_is_refused(world):
+    def fn(rank):
+        xmp.spawn(lambda i: i)
+
+    with pytest.raises(xlasim.RankFailedError, match="cannot be launched from inside rank"):
+        world.run(fn, size=2)

@@ -1,0 +1,115 @@
+"""Unmodified torch_xla scripts, the CLI, and scale: each in a fresh process (the device count
+of a process is fixed when its XLA runtime starts)."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+MNIST = ROOT / "fixtures" / "mnist_xla.py"
+
+
+def python(
+    *args: str, env: dict | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess:
+    environment = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("XLASIM_DEVICES", "PJRT_DEVICE", "CPU_NUM_DEVICES")
+    }
+    environment.update(env or {})
+    return subprocess.run(
+        [sys.executable, *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=environment,
+        timeout=timeout,
+    )
+
+
+def losses(output: str) -> list[float]:
+    return [float(x) for x in re.findall(r"loss=([0-9.]+)", output)]
+
+
+def test_mnist_script_trains_on_8_emulated_cores_unchanged():
+    done = python("-m", "xlasim", "run", "--devices", "8", str(MNIST))
+    assert done.returncode == 0, done.stderr[-3000:]
+    curve = losses(done.stdout)
+    assert len(curve) == 3, done.stdout
+    assert curve[-1] < curve[0] - 0.1, curve
+    assert "world_size=8" in done.stdout
+    assert len(re.findall(r"^epoch 1 ", done.stdout, re.M)) == 1  # master_print: rank 0 only
+
+
+def test_same_script_runs_with_plain_python_on_one_device():
+    done = python(str(MNIST), "--epochs", "2")
+    assert done.returncode == 0, done.stderr[-3000:]
+    curve = losses(done.stdout)
+    assert curve[-1] < curve[0], curve
+    assert "world_size=1" in done.stdout
+
+
+def test_console_script_reads_devices_from_environment(tmp_path):
+    script = tmp_path / "probe.py"
+    script.write_text(
+        "import sys\n"
+        "import torch_xla.distributed.xla_multiprocessing as xmp\n"
+        "import torch_xla.runtime as xr\n"
+        "def fn(i, tag):\n"
+        "    if i == 0: print(tag, xr.world_size(), sys.argv[1:])\n"
+        "if __name__ == '__main__':\n"
+        "    xmp.spawn(fn, args=('probe',))\n"
+    )
+    console = Path(sys.executable).with_name("xlasim")
+    done = subprocess.run(
+        [str(console), "run", str(script), "--flag", "x"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "XLASIM_DEVICES": "3"},
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "probe 3 ['--flag', 'x']" in done.stdout
+
+
+def test_cli_reports_rank_failures_and_exits_nonzero(tmp_path):
+    script = tmp_path / "fails.py"
+    script.write_text(
+        "import torch_xla\n"
+        "def fn(i):\n"
+        "    if i == 2: raise ValueError('broken on two')\n"
+        "torch_xla.launch(fn)\n"
+    )
+    done = python("-m", "xlasim", "run", "--devices", "4", str(script))
+    assert done.returncode == 1
+    assert "RankFailedError: rank 2 of 4 raised ValueError: broken on two" in done.stderr
+
+
+def test_runtime_started_with_another_count_is_a_clear_error():
+    code = "import torch_xla, xlasim\ntorch_xla.device()\nxlasim.emulate(devices=4)\n"
+    done = python("-c", code, env={"CPU_NUM_DEVICES": "2", "PJRT_DEVICE": "CPU"})
+    assert done.returncode != 0
+    assert (
+        "RuntimeAlreadyStartedError: the XLA runtime already started with 2 device(s)"
+        in done.stderr
+    )
+    assert "xlasim.emulate(devices=4) first thing" in done.stderr
+
+
+@pytest.mark.parametrize("devices", [64])
+def test_world_of_64_cores_completes_an_all_reduce(devices):
+    code = (
+        "import xlasim, torch\n"
+        f"xlasim.emulate(devices={devices})\n"
+        "import torch_xla, torch_xla.core.xla_model as xm\n"
+        "out = xlasim.world().run(lambda r: xm.all_reduce('sum', torch.full((1024,), float(r), device=torch_xla.device()))[0].item())\n"
+        "print(sorted(set(out)), len(out))\n"
+    )
+    done = python("-c", code)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"[{float(sum(range(devices)))}] {devices}" in done.stdout
