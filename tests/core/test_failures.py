@@ -149,7 +149,7 @@ def test_run_timeout_bounds_code_that_never_calls_a_collective(world):
         while not stop.is_set() and rank == 0:
             time.sleep(0.01)
 
-    with pytest.raises(xlasim.CollectiveTimeoutError, match="did not finish within 0.5 s"):
+    with pytest.raises(xlasim.CollectiveTimeoutError, match=r"did not finish within 0\.5 s"):
         world.run(fn, timeout=0.5)
     stop.set()
     assert world.run(lambda r: r) == list(range(8))
