@@ -97,11 +97,11 @@ def _inconsistency(outcomes: Sequence[RankOutcome]) -> str:
         elif isinstance(o.error, XFailed):
             what = f"xfailed ({o.error.msg})"
         elif o.released:
-            what = "were released from a collective wait when the run was aborted"
+            what = "released from a collective wait when the run was aborted"
         else:
             what = "ran to the end"
         groups.setdefault(what, []).append(o.rank)
-    lines = "\n".join(f"  {span(ranks)} {what}" for what, ranks in groups.items())
+    lines = "\n".join(f"  {span(ranks)}: {what}" for what, ranks in groups.items())
     return (
         "ranks disagree on the outcome of the test; skip or xfail on every rank (decide it from "
         "values every rank shares, or before the ranks start):\n" + lines

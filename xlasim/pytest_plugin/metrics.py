@@ -1,0 +1,141 @@
+"""XLA performance lint: bound graph compilations and CPU fallbacks inside a test.
+
+Recompiling graphs (a shape that changes every step, Python control flow on tensor values) and
+ops XLA cannot lower (run on the CPU through `aten::` fallbacks) are the usual reasons a model
+that is correct on CPU is slow on a TPU. Both show in torch_xla's metrics counters, which work
+the same on the CPU device, so CI can catch them:
+
+    @pytest.mark.xla_metrics(compilations=2, fallbacks=0)   # checked around the test call
+
+    def test_steady(xla_world, xla_metrics):                  # or by hand, in phases
+        xla_world.run(train_step)                             # warm-up compiles
+        xla_metrics.reset()
+        xla_world.run(train_step)
+        xla_metrics.check(compilations=0, fallbacks=0)
+
+The counts are process-wide, and emulated ranks are threads of one process, so they are per
+test, taken over the whole world:
+- compilations: the growth of torch_xla's compilation cache, i.e. distinct graphs compiled. A
+  graph every rank compiles counts once, as it does in each process of a TPU slice (the raw
+  "UncachedCompile" counter would count it between 1 and R times, depending on thread timing).
+  Ranks that compile different graphs add up, which bounds the rank that compiles most.
+- fallbacks: `aten::` counters, which count every call on every rank; on a `@pytest.mark.xla`
+  test the marker's bound is per rank (the sum over R ranks must stay within R x the bound),
+  exact for the usual `fallbacks=0`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Generator
+
+import pytest
+
+from .activation import backend_key
+from .ranks import world_size
+
+COMPILED_GRAPHS = "compiled graphs"
+FALLBACK_PREFIX = "aten::"
+
+
+class XlaMetricsError(AssertionError):
+    """A test compiled more graphs or fell back to the CPU more often than its bound allows."""
+
+
+def _snapshot() -> Counter[str]:
+    import torch_xla
+    import torch_xla.debug.metrics as met
+
+    counts = Counter(
+        {
+            name: met.counter_value(name) or 0
+            for name in met.counter_names()
+            if name.startswith(FALLBACK_PREFIX)
+        }
+    )
+    counts[COMPILED_GRAPHS] = torch_xla._XLAC._xla_get_num_cached_compilation_graph()
+    return counts
+
+
+class XlaMetrics:
+    """Compilations and CPU fallbacks since the fixture was set up (or since `reset()`)."""
+
+    def __init__(self) -> None:
+        self._base = _snapshot()
+
+    def reset(self) -> None:
+        """Start counting from now (e.g. after a warm-up step that is expected to compile)."""
+        self._base = _snapshot()
+
+    def _delta(self) -> Counter[str]:
+        now = _snapshot()
+        now.subtract(self._base)
+        return +now
+
+    @property
+    def compilations(self) -> int:
+        """Distinct graphs compiled (growth of the compilation cache) by the whole process."""
+        return self._delta()[COMPILED_GRAPHS]
+
+    @property
+    def fallbacks(self) -> dict[str, int]:
+        """Ops that ran on the CPU instead of XLA, e.g. `{"aten::nonzero": 8}`."""
+        return {k: v for k, v in self._delta().items() if k.startswith(FALLBACK_PREFIX)}
+
+    def check(
+        self, *, compilations: int | None = None, fallbacks: int | None = None, ranks: int = 1
+    ) -> None:
+        """Raise `XlaMetricsError` when a count exceeds its bound (`fallbacks` times `ranks`)."""
+        __tracebackhide__ = True  # the failure points at the caller's check, not in here
+        problems = []
+        if compilations is not None and self.compilations > compilations:
+            problems.append(
+                f"{self.compilations} graphs compiled, bound {compilations}"
+                " (shapes that change between steps, or Python branching on tensor values, "
+                "make XLA compile again)"
+            )
+        fallen = self.fallbacks
+        if fallbacks is not None and sum(fallen.values()) > fallbacks * ranks:
+            ops = ", ".join(f"{op} x{n}" for op, n in sorted(fallen.items()))
+            problems.append(
+                f"{sum(fallen.values())} CPU fallbacks ({ops}), bound {fallbacks}"
+                + (f" per rank x {ranks} ranks" if ranks > 1 else "")
+                + " (these ops have no XLA lowering and copy data to the host and back)"
+            )
+        if problems:
+            raise XlaMetricsError("XLA performance bound exceeded: " + "; ".join(problems))
+
+    def __repr__(self) -> str:
+        return f"<xla_metrics compilations={self.compilations} fallbacks={self.fallbacks}>"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "xla_metrics(compilations=None, fallbacks=None): fail the test when the test call "
+        "compiles more distinct XLA graphs, or runs more aten:: CPU fallbacks (per rank on xla "
+        "tests), than allowed",
+    )
+
+
+@pytest.fixture
+def xla_metrics() -> XlaMetrics:
+    """Counts XLA graph compilations and CPU fallbacks from here on; `check(...)` bounds them."""
+    return XlaMetrics()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Generator[None, object, object]:
+    marker = pyfuncitem.get_closest_marker("xla_metrics")
+    if marker is None:
+        return (yield)
+    per_rank = pyfuncitem.get_closest_marker("xla") is not None
+    if per_rank and pyfuncitem.config.stash[backend_key] != "emulated":
+        return (yield)  # the ranks' counters live in the worker processes
+    probe = XlaMetrics()
+    result = yield
+    try:
+        probe.check(**marker.kwargs, ranks=world_size(pyfuncitem) if per_rank else 1)
+    except XlaMetricsError as error:
+        pytest.fail(f"@pytest.mark.xla_metrics: {error}", pytrace=False)
+    return result
