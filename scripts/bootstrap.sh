@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Create .venv (once per machine) and install xlasim with its test and dev extras into it.
+# Re-installs only when pyproject.toml changed, so a warm machine pays nothing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+    "$python" -m venv .venv
+fi
+stamp=.venv/.xlasim-installed
+wanted=$(sha256sum pyproject.toml | cut -d' ' -f1)
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$wanted" ]; then
+    echo "bootstrap: installing torch 2.9.0 + torch_xla 2.9.0 and test tools into .venv (~2 min, ~7 GB)" >&2
+    .venv/bin/python -m pip install --quiet --upgrade pip
+    .venv/bin/python -m pip install --quiet -e '.[dev]'
+    echo "$wanted" > "$stamp"
+fi
