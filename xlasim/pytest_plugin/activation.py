@@ -68,6 +68,11 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
             raise pytest.UsageError(f"xlasim: {error}") from None
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if not is_xdist_controller(session.config):
+        executor(session.config).start()
+
+
 def executor(config: pytest.Config) -> Executor:
     """The session's executor, made on first use (the native one starts worker processes)."""
     if executor_key not in config.stash:

@@ -15,6 +15,7 @@ class EmulatedExecutor:
     """Runs ranks on the core's world; each run's stuck threads are replaced by the core."""
 
     name = "emulated"
+    sub_worlds = True
 
     @property
     def size(self) -> int:
@@ -22,6 +23,9 @@ class EmulatedExecutor:
 
     def describe(self) -> str:
         return activation.topology().describe()
+
+    def start(self) -> None:
+        activation.world()
 
     def run_ranks(
         self,

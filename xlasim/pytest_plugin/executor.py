@@ -13,6 +13,8 @@ class Executor(Protocol):
 
     #: "emulated" or "native".
     name: str
+    #: Whether a run may use fewer ranks than the session has (`devices=N` below the size).
+    sub_worlds: bool
 
     @property
     def size(self) -> int:
@@ -20,6 +22,9 @@ class Executor(Protocol):
 
     def describe(self) -> str:
         """The topology, for the report header."""
+
+    def start(self) -> None:
+        """Get the ranks ready before the first test (workers, threads)."""
 
     def run_ranks(
         self,

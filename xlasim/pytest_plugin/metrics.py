@@ -31,7 +31,7 @@ from collections.abc import Generator
 
 import pytest
 
-from .activation import backend_key
+from .outcomes import outcomes_key
 from .ranks import world_size
 
 COMPILED_GRAPHS = "compiled graphs"
@@ -42,7 +42,8 @@ class XlaMetricsError(AssertionError):
     """A test compiled more graphs or fell back to the CPU more often than its bound allows."""
 
 
-def _snapshot() -> Counter[str]:
+def counts() -> Counter[str]:
+    """This process's compiled-graph count and `aten::` fallback counters."""
     import torch_xla
     import torch_xla.debug.metrics as met
 
@@ -61,14 +62,14 @@ class XlaMetrics:
     """Compilations and CPU fallbacks since the fixture was set up (or since `reset()`)."""
 
     def __init__(self) -> None:
-        self._base = _snapshot()
+        self._base = counts()
 
     def reset(self) -> None:
         """Start counting from now (e.g. after a warm-up step that is expected to compile)."""
-        self._base = _snapshot()
+        self._base = counts()
 
     def _delta(self) -> Counter[str]:
-        now = _snapshot()
+        now = counts()
         now.subtract(self._base)
         return +now
 
@@ -87,26 +88,37 @@ class XlaMetrics:
     ) -> None:
         """Raise `XlaMetricsError` when a count exceeds its bound (`fallbacks` times `ranks`)."""
         __tracebackhide__ = True  # the failure points at the caller's check, not in here
-        problems = []
-        if compilations is not None and self.compilations > compilations:
-            problems.append(
-                f"{self.compilations} graphs compiled, bound {compilations}"
-                " (shapes that change between steps, or Python branching on tensor values, "
-                "make XLA compile again)"
-            )
-        fallen = self.fallbacks
-        if fallbacks is not None and sum(fallen.values()) > fallbacks * ranks:
-            ops = ", ".join(f"{op} x{n}" for op, n in sorted(fallen.items()))
-            problems.append(
-                f"{sum(fallen.values())} CPU fallbacks ({ops}), bound {fallbacks}"
-                + (f" per rank x {ranks} ranks" if ranks > 1 else "")
-                + " (these ops have no XLA lowering and copy data to the host and back)"
-            )
-        if problems:
-            raise XlaMetricsError("XLA performance bound exceeded: " + "; ".join(problems))
+        check_counts(self._delta(), compilations=compilations, fallbacks=fallbacks, ranks=ranks)
 
     def __repr__(self) -> str:
         return f"<xla_metrics compilations={self.compilations} fallbacks={self.fallbacks}>"
+
+
+def check_counts(
+    delta: Counter[str],
+    *,
+    compilations: int | None = None,
+    fallbacks: int | None = None,
+    ranks: int = 1,
+) -> None:
+    """Raise `XlaMetricsError` naming every bound that `delta` exceeds."""
+    __tracebackhide__ = True
+    problems = []
+    if compilations is not None and delta[COMPILED_GRAPHS] > compilations:
+        problems.append(
+            f"{delta[COMPILED_GRAPHS]} graphs compiled, bound {compilations} (shapes that change "
+            "between steps, or Python branching on tensor values, make XLA compile again)"
+        )
+    fallen = {k: v for k, v in delta.items() if k.startswith(FALLBACK_PREFIX) and v}
+    if fallbacks is not None and sum(fallen.values()) > fallbacks * ranks:
+        ops = ", ".join(f"{op} x{n}" for op, n in sorted(fallen.items()))
+        problems.append(
+            f"{sum(fallen.values())} CPU fallbacks ({ops}), bound {fallbacks}"
+            + (f" per rank x {ranks} ranks" if ranks > 1 else "")
+            + " (these ops have no XLA lowering and copy data to the host and back)"
+        )
+    if problems:
+        raise XlaMetricsError("XLA performance bound exceeded: " + "; ".join(problems))
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -130,12 +142,15 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Generator[None, object, o
     if marker is None:
         return (yield)
     per_rank = pyfuncitem.get_closest_marker("xla") is not None
-    if per_rank and pyfuncitem.config.stash[backend_key] != "emulated":
-        return (yield)  # the ranks' counters live in the worker processes
     probe = XlaMetrics()
     result = yield
+    outcomes = pyfuncitem.stash.get(outcomes_key, [])
     try:
-        probe.check(**marker.kwargs, ranks=world_size(pyfuncitem) if per_rank else 1)
+        if per_rank and all(o.metrics is not None for o in outcomes):
+            for o in outcomes:  # worker processes: each rank counted on its own
+                check_counts(Counter(o.metrics), **marker.kwargs)
+        else:
+            probe.check(**marker.kwargs, ranks=world_size(pyfuncitem) if per_rank else 1)
     except XlaMetricsError as error:
         pytest.fail(f"@pytest.mark.xla_metrics: {error}", pytrace=False)
     return result

@@ -26,11 +26,15 @@ class RankOutcome:
     size: int
     result: Any = None
     error: BaseException | None = None
-    #: Formatted traceback, for errors whose frames did not survive (native worker processes).
+    #: Formatted traceback of `error` as the rank saw it.
     traceback: str = ""
+    #: False when `error` was sent from a worker process: its frames stayed there.
+    local_frames: bool = True
     stdout: str = ""
     stderr: str = ""
     released: bool = False
+    #: XLA counters this rank's process added during the run (native backend only).
+    metrics: dict[str, int] | None = None
 
     @property
     def label(self) -> str:

@@ -73,12 +73,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             continue
         needed, available = world_size(item), executor(config).size
         if needed > available:
-            item.add_marker(
-                pytest.mark.skip(
-                    reason=f"needs {needed} XLA cores, this session has {available} "
-                    f"(--xla-devices={needed} or more to run it)"
-                )
+            reason = (
+                f"needs {needed} XLA cores, this session has {available} "
+                f"(--xla-devices={needed} or more to run it)"
             )
+        elif needed < available and not executor(config).sub_worlds:
+            reason = (
+                f"runs on a sub-world of {needed} cores; the {executor(config).name} backend "
+                f"runs every one of its {available} cores"
+            )
+        else:
+            continue
+        item.add_marker(pytest.mark.skip(reason=reason))
 
 
 def call_test(fn: Callable[..., Any], kwargs: dict[str, Any]) -> None:

@@ -85,7 +85,7 @@ class RankFailuresRepr(TerminalRepr):
 def _rank_repr(item: pytest.Item, outcome: RankOutcome) -> TerminalRepr | str:
     """pytest's own rendering of the rank's exception, or the text a worker process sent."""
     error = outcome.error
-    if error is None or error.__traceback__ is None:
+    if error is None or not outcome.local_frames or error.__traceback__ is None:
         return outcome.traceback or f"{type(error).__name__}: {error}"
     return item.repr_failure(ExceptionInfo.from_exception(error))
 

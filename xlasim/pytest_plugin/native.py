@@ -1,0 +1,263 @@
+"""The native backend: per-rank tests run through the real `xmp.spawn`, in warm workers.
+
+Nothing of torch_xla is patched. A background thread of the pytest process calls
+`xmp.spawn(serve, ...)` once; torch_xla starts its worker processes exactly as a training
+script's launch would (one per chip on a TPU VM, one process with a thread per device on CPU),
+and every rank connects back over a Unix socket and serves jobs until the session ends. A test
+costs a pickle round trip, not a process start. On a hang the workers are asked for their
+Python stacks (faulthandler on SIGUSR1), killed, and started again for the next test.
+
+The pytest process itself must not use an XLA device in this mode (torch_xla refuses to spawn
+after the runtime started, and on a TPU the chips belong to the workers).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import secrets
+import signal
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from multiprocessing.connection import Connection, Listener, wait
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ..errors import CollectiveTimeoutError, XlasimError
+from .native_worker import STACK_SIGNAL, serve
+from .options import Settings
+from .outcomes import RankOutcome
+
+#: Bound on starting the workers (process start, torch_xla import, runtime start).
+START_TIMEOUT_S = 180.0
+#: How long workers get to write their stacks before they are killed.
+STACK_GRACE_S = 1.0
+
+
+def platform() -> str:
+    """The PJRT platform the workers will use; chosen here so torch_xla does not probe."""
+    from .activation import _tpu_attached
+
+    if not os.environ.get("PJRT_DEVICE"):
+        os.environ["PJRT_DEVICE"] = "TPU" if _tpu_attached() else "CPU"
+    return os.environ["PJRT_DEVICE"]
+
+
+def local_devices(name: str) -> int:
+    """Devices on this host, counted without starting the XLA runtime."""
+    if name == "CPU":
+        return int(os.environ.get("CPU_NUM_DEVICES", "1"))
+    if name == "TPU":
+        from torch_xla._internal import tpu
+
+        return tpu.num_available_devices()
+    raise pytest.UsageError(
+        f"xlasim: the native backend supports PJRT_DEVICE=TPU or CPU, not {name}"
+    )
+
+
+class _Workers:
+    """One generation of spawned workers: their connections, pids and the thread in spawn."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.stack_dir = tempfile.mkdtemp(prefix="xlasim-stacks-")
+        authkey = secrets.token_bytes(16)
+        self._listener = Listener(family="AF_UNIX", authkey=authkey)
+        self.conns: dict[int, Connection] = {}
+        self.pids: dict[int, int] = {}
+        self.spawn_error: BaseException | None = None
+        args = (self._listener.address, authkey, self.stack_dir)
+        threading.Thread(target=self._spawn, args=(args,), daemon=True).start()
+        accepting = threading.Thread(target=self._accept, daemon=True)
+        accepting.start()
+        accepting.join(START_TIMEOUT_S)
+        if len(self.conns) < size:
+            self.kill()
+            raise XlasimError(
+                f"native backend: {len(self.conns)} of {size} workers connected within "
+                f"{START_TIMEOUT_S:g} s"
+                + (f" (xmp.spawn raised {self.spawn_error!r})" if self.spawn_error else "")
+            )
+
+    def _spawn(self, args: tuple[Any, ...]) -> None:
+        import torch_xla.distributed.xla_multiprocessing as xmp
+
+        try:
+            xmp.spawn(serve, args=args)
+        except BaseException as error:  # reported by whoever waits on the workers
+            self.spawn_error = error
+            self._listener.close()
+
+    def _accept(self) -> None:
+        try:
+            while len(self.conns) < self.size:
+                conn = self._listener.accept()
+                index, pid = conn.recv()
+                self.conns[index], self.pids[index] = conn, pid
+        except OSError:
+            return  # listener closed: spawn failed or start timed out
+
+    def stacks(self) -> dict[int, str]:
+        """Every worker's Python stacks, dumped by faulthandler on request."""
+        for pid in self.pids.values():
+            _signal(pid, STACK_SIGNAL)
+        time.sleep(STACK_GRACE_S)
+        return {rank: _read(Path(self.stack_dir) / f"{pid}.txt") for rank, pid in self.pids.items()}
+
+    def kill(self) -> None:
+        for pid in self.pids.values():
+            _signal(pid, signal.SIGKILL)
+        for conn in self.conns.values():
+            conn.close()
+        self._listener.close()
+
+    def stop(self) -> None:
+        for conn in self.conns.values():
+            with contextlib.suppress(OSError):
+                conn.send(None)
+        self._listener.close()
+
+
+def _signal(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, sig)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return "(no stack: the process is gone)"
+
+
+def _rewritten_modules(fn: Callable[..., Any], args: Sequence[Any]) -> dict[str, str]:
+    """Test modules (imported by pytest's assertion rewriter) that the job's functions live in."""
+    modules = {}
+    for obj in (fn, *args):
+        module = sys.modules.get(getattr(obj, "__module__", "") or "")
+        loader = getattr(module, "__loader__", None)
+        if module is not None and type(loader).__name__ == "AssertionRewritingHook":
+            modules[module.__name__] = module.__file__
+    return modules
+
+
+class NativeExecutor:
+    """Runs ranks in warm worker processes started by the real `xmp.spawn`."""
+
+    name = "native"
+    sub_worlds = False
+
+    def __init__(self, settings: Settings):
+        self._platform = platform()
+        self._size = local_devices(self._platform)
+        if settings.devices is not None and settings.devices != self._size:
+            raise pytest.UsageError(
+                f"xlasim: --xla-devices={settings.devices}, but the native backend found "
+                f"{self._size} {self._platform} device(s) on this host"
+            )
+        self._workers: _Workers | None = None
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    def describe(self) -> str:
+        return f"{self._platform} via xmp.spawn, warm worker processes"
+
+    def start(self) -> None:
+        """Spawn the workers now, before a test can start the runtime in this process."""
+        if self._workers is None:
+            self._workers = _Workers(self._size)
+
+    def run_ranks(
+        self,
+        fn: Callable[..., Any],
+        args: Sequence[Any],
+        kwargs: dict[str, Any],
+        *,
+        size: int,
+        timeout: float,
+        tee: bool,
+    ) -> list[RankOutcome]:
+        if size != self._size:
+            raise XlasimError(
+                f"the native backend runs every rank of the slice ({self._size}); a world of "
+                f"{size} needs the emulated backend"
+            )
+        try:
+            payload = pickle.dumps((fn, args, kwargs))
+        except Exception as error:
+            raise XlasimError(
+                f"the native backend sends the function and its arguments to worker processes, "
+                f"so they must pickle (module-level functions, no lambdas or closures): {error}"
+            ) from error
+        self.start()
+        workers = self._workers
+        job = (list(sys.path), _rewritten_modules(fn, args), payload)
+        for conn in workers.conns.values():
+            conn.send(job)
+        replies = self._collect(workers, timeout)
+        return [self._outcome(rank, size, replies[rank], tee) for rank in range(size)]
+
+    def _collect(self, workers: _Workers, timeout: float) -> dict[int, dict[str, Any]]:
+        replies: dict[int, dict[str, Any]] = {}
+        pending = {conn: rank for rank, conn in workers.conns.items()}
+        deadline = time.monotonic() + timeout
+        while pending:
+            remaining = deadline - time.monotonic()
+            ready = wait(list(pending), timeout=max(remaining, 0)) if remaining > 0 else []
+            if not ready:
+                self._restart_after(workers, sorted(pending.values()), timeout)
+            for conn in ready:
+                rank = pending.pop(conn)  # type: ignore[call-overload]
+                try:
+                    replies[rank] = conn.recv()
+                except (EOFError, OSError):
+                    replies[rank] = {"error": XlasimError(f"rank {rank}'s worker process died")}
+                    self._workers = None
+        if self._workers is None:
+            workers.kill()
+        return replies
+
+    def _restart_after(self, workers: _Workers, late: list[int], timeout: float) -> None:
+        stacks = workers.stacks()
+        workers.kill()
+        self._workers = None
+        report = "\n".join(
+            f"--- rank {rank} (pid {workers.pids[rank]})\n{stacks[rank].rstrip()}"
+            for rank in sorted(stacks)
+        )
+        raise CollectiveTimeoutError(
+            f"the run did not finish within {timeout:g} s (ranks {late} never answered); the "
+            f"workers were killed and are started again for the next test.\n{report}"
+        )
+
+    @staticmethod
+    def _outcome(rank: int, size: int, reply: dict[str, Any], tee: bool) -> RankOutcome:
+        outcome = RankOutcome(
+            rank,
+            size,
+            result=reply.get("result"),
+            error=reply.get("error"),
+            traceback=reply.get("traceback", ""),
+            local_frames=False,
+            stdout=reply.get("stdout", ""),
+            stderr=reply.get("stderr", ""),
+            metrics=reply.get("metrics"),
+        )
+        if tee:
+            sys.stdout.write(outcome.stdout)
+            sys.stderr.write(outcome.stderr)
+        return outcome
+
+    def close(self) -> None:
+        if self._workers is not None:
+            self._workers.stop()
+            self._workers = None
