@@ -8,14 +8,16 @@ result is computed once, and uploads the result back to the input's device in th
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import torch
 import torch_xla
 
+from . import combine as combining
 from . import context
 from .callsite import call_location
-from .reduction import check_reduce_type, reduce
+from .reduction import check_reduce_type
 from .run import Call
 from .transfer import to_device, to_host
 
@@ -118,9 +120,7 @@ def all_reduce(
         tensors=_describe_tensors(tensors),
     )
 
-    def combine(payloads: list[list[torch.Tensor]]) -> list[torch.Tensor]:
-        return [reduce(reduce_type, [p[i] for p in payloads], scale) for i in range(len(tensors))]
-
+    combine = partial(combining.reduce_each, reduce_type, scale)
     reduced = ctx.run.gather(ctx.rank, members, call, to_host(tensors), combine)
     results = to_device(reduced, tensors[0].device)
     if single:
@@ -154,9 +154,7 @@ def all_gather(
         "all_gather", dim=dim, groups=_normalize_groups(groups), tensors=_describe_tensors(tensors)
     )
 
-    def combine(payloads: list[list[torch.Tensor]]) -> list[torch.Tensor]:
-        return [torch.cat([p[i] for p in payloads], dims[i]) for i in range(len(tensors))]
-
+    combine = partial(combining.concat_each, dims)
     gathered = ctx.run.gather(ctx.rank, members, call, to_host(tensors), combine)
     results = to_device(gathered, tensors[0].device)
     if output is not None:
@@ -211,13 +209,7 @@ def reduce_scatter(
         tensors=_describe_tensors(tensors),
     )
 
-    def combine(payloads: list[list[torch.Tensor]]) -> list[tuple[torch.Tensor, ...]]:
-        shards = []
-        for i, d in enumerate(dims):
-            reduced = reduce(reduce_type, [p[i] for p in payloads], scale)
-            shards.append(reduced.split(reduced.size(d) // shard_count, d))
-        return shards
-
+    combine = partial(combining.reduce_then_split, reduce_type, scale, dims, shard_count)
     shards = ctx.run.gather(ctx.rank, members, call, to_host(tensors), combine)
     mine = _index_in(ctx.rank, members)
     results = to_device([s[mine] for s in shards], tensors[0].device)
@@ -266,10 +258,7 @@ def all_to_all(
         tensors=_describe_tensors([value]),
     )
 
-    def combine(payloads: list[list[torch.Tensor]]) -> list[torch.Tensor]:
-        pieces = [p[0].split(p[0].size(split_dim) // split_count, split_dim) for p in payloads]
-        return [torch.cat([piece[j] for piece in pieces], concat_dim) for j in range(split_count)]
-
+    combine = partial(combining.exchange_pieces, split_dim, concat_dim, split_count)
     received = ctx.run.gather(ctx.rank, members, call, to_host([value]), combine)
     return to_device([received[_index_in(ctx.rank, members)]], value.device)[0]
 
@@ -298,12 +287,7 @@ def collective_permute(value: torch.Tensor, pairs: list[list[int]]) -> torch.Ten
     members = tuple(range(ctx.world_size))
     call = _call("collective_permute", pairs=normalized, tensors=_describe_tensors([value]))
 
-    def combine(payloads: list[list[torch.Tensor]]) -> list[torch.Tensor]:
-        received = [torch.zeros_like(p[0]) for p in payloads]
-        for source, target in normalized:
-            received[target] = payloads[source][0]
-        return received
-
+    combine = partial(combining.permute, normalized)
     received = ctx.run.gather(ctx.rank, members, call, to_host([value]), combine)
     return to_device([received[ctx.rank]], value.device)[0]
 
@@ -330,11 +314,8 @@ def collective_broadcast(
         tensors=_describe_tensors(tensors),
     )
 
-    def combine(payloads: list[list[torch.Tensor]]) -> list[torch.Tensor]:
-        if root_ordinal in members:
-            return payloads[members.index(root_ordinal)]
-        return [torch.zeros_like(t) for t in payloads[0]]
-
+    root_index = members.index(root_ordinal) if root_ordinal in members else None
+    combine = partial(combining.from_root, root_index)
     values = ctx.run.gather(ctx.rank, members, call, to_host(tensors), combine)
     _copy_into(tensors, to_device(values, tensors[0].device))
 

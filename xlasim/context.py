@@ -36,7 +36,37 @@ class RankContext:
 
     @property
     def local_rank(self) -> int:
+        """Rank within its host."""
         return self.run.topology.local_rank_of(self.rank)
+
+    @property
+    def process_index(self) -> int:
+        return self.run.topology.process_of(self.rank)
+
+    @property
+    def process_count(self) -> int:
+        """Processes taking part (a sub-world may use fewer than the slice has)."""
+        return -(-self.world_size // self.run.topology.cores_per_process)
+
+    @property
+    def host_index(self) -> int:
+        return self.run.topology.host_of(self.rank)
+
+    @property
+    def addressable_device_count(self) -> int:
+        """Cores of this rank's process that take part."""
+        per_process = self.run.topology.cores_per_process
+        return min(per_process, self.world_size - self.process_index * per_process)
+
+    @property
+    def local_device_count(self) -> int:
+        """Cores of this rank's host that take part."""
+        per_host = self.run.topology.cores_per_host
+        return min(per_host, self.world_size - self.host_index * per_host)
+
+    @property
+    def local_process_count(self) -> int:
+        return -(-self.local_device_count // self.run.topology.cores_per_process)
 
 
 def current() -> RankContext | None:

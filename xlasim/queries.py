@@ -1,8 +1,8 @@
-"""Runtime queries answered as on a one-host TPU slice.
+"""Runtime queries answered as on a TPU slice of the emulated topology.
 
 Inside a rank, the answers come from the rank's context (so a sub-world of 4 ranks reports a
-world size of 4). Outside any rank, the device-count questions answer for the whole emulated
-slice and everything else falls through to torch_xla.
+world size of 4, and ranks of a two-host slice see their own host's local ordinals). Outside any
+rank, everything falls through to torch_xla.
 """
 
 from __future__ import annotations
@@ -32,13 +32,13 @@ def runtime_queries(originals: dict[str, Callable[..., Any]]) -> dict[str, Calla
         "world_size": lambda c: c.world_size,
         "global_ordinal": lambda c: c.rank,
         "local_ordinal": lambda c: c.local_rank,
-        "local_device_count": lambda c: c.world_size,
-        "addressable_device_count": lambda c: c.world_size,
+        "local_device_count": lambda c: c.local_device_count,
+        "addressable_device_count": lambda c: c.addressable_device_count,
         "global_device_count": lambda c: c.world_size,
-        "process_index": lambda c: 0,
-        "process_count": lambda c: 1,
-        "host_index": lambda c: 0,
-        "local_process_count": lambda c: 1,
+        "process_index": lambda c: c.process_index,
+        "process_count": lambda c: c.process_count,
+        "host_index": lambda c: c.host_index,
+        "local_process_count": lambda c: c.local_process_count,
     }
     replaced = {name: _in_rank(answer, originals[name]) for name, answer in answers.items()}
     replaced["device_type"] = lambda: DEVICE_TYPE
@@ -53,7 +53,7 @@ def supported_devices(original: Callable[..., list[str]]) -> Callable[..., list[
         ctx = context.current()
         if ctx is None:
             return original(max_devices)
-        devices = [ctx.run.topology.device_of(r) for r in range(ctx.world_size)]
+        devices = [f"xla:{i}" for i in range(ctx.addressable_device_count)]
         return devices[:max_devices] if max_devices else devices
 
     return get_xla_supported_devices

@@ -19,9 +19,8 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from .callsite import thread_location, thread_stack
 from .errors import (
     CollectiveMismatchError,
     CollectiveTimeoutError,
@@ -59,6 +58,14 @@ class _Slot:
 RUNNING, WAITING, DONE, FAILED = "running", "waiting", "done", "failed"
 
 
+class RankReporter(Protocol):
+    """Where a rank is right now, for hang reports (ranks may live in other processes)."""
+
+    def location(self, rank: int) -> str: ...
+
+    def stack(self, rank: int) -> str: ...
+
+
 @dataclass
 class _RankState:
     status: str = RUNNING
@@ -70,12 +77,18 @@ class _RankState:
 class Run:
     """The shared state of one launch of `size` ranks."""
 
-    def __init__(self, topology: Topology, size: int, collective_timeout: float):
+    def __init__(
+        self,
+        topology: Topology,
+        size: int,
+        collective_timeout: float,
+        reporter: RankReporter | None = None,
+    ):
         self.topology = topology
         self.size = size
         self.collective_timeout = collective_timeout
+        self.reporter = reporter
         self.cond = threading.Condition()
-        self.threads: list[threading.Thread | None] = [None] * size
         self.results: list[Any] = [None] * size
         self.failures: dict[int, BaseException] = {}
         self.tracebacks: dict[int, str] = {}
@@ -313,21 +326,20 @@ class Run:
         same call are listed together with the stack of the first of them.
         """
         parts = []
+        reporter = self.reporter
         for rank, state in enumerate(self._states):
-            thread = self.threads[rank]
-            if state.status == RUNNING and thread is not None:
-                parts.append(
-                    f"--- rank {rank} never arrived; it is running at {thread_location(thread)}"
-                )
-                parts.append(thread_stack(thread).rstrip())
+            if state.status == RUNNING:
+                where = reporter.location(rank) if reporter else "an unknown line"
+                parts.append(f"--- rank {rank} never arrived; it is running at {where}")
+                if reporter:
+                    parts.append(reporter.stack(rank).rstrip())
         waiting = {r: s.call for r, s in enumerate(self._states) if s.status == WAITING and s.call}
         for description, ranks in _by_description(waiting).items():
             parts.append(
                 f"--- {_ranks(ranks)} wait{'s' if len(ranks) == 1 else ''} in {description}"
             )
-            thread = self.threads[ranks[0]]
-            if thread is not None:
-                parts.append(thread_stack(thread).rstrip())
+            if reporter:
+                parts.append(reporter.stack(ranks[0]).rstrip())
         finished = [r for r, s in enumerate(self._states) if s.status in (DONE, FAILED)]
         if finished:
             parts.append(f"--- {_ranks(finished)} returned from the function")

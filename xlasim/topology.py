@@ -1,25 +1,97 @@
-"""The shape of an emulated slice: how many cores, and how they map to devices.
+"""The shape of an emulated slice: cores, the processes that hold them, the hosts that hold those.
 
-Ranks run as threads of this process, one per core, like torch_xla's own thread-per-device
-runtime on CPU: one host, one process, N local devices, rank i bound to `xla:i`.
+Rank r lives in process `r // cores_per_process` (as `xla:{r % cores_per_process}` there), and
+process p on host `p // processes_per_host`. One process holding every core is torch_xla's own
+thread-per-device CPU runtime; several processes reproduce TPU v2/v3 hosts (4 processes x 2 cores)
+and v4+ (one process per chip); several hosts reproduce a pod slice, where local rank, local
+process and the filesystem differ from host to host.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .errors import DeviceCountError
+
 
 @dataclass(frozen=True)
 class Topology:
-    """A one-host, one-process slice of `devices` cores."""
+    """A slice of `devices` cores in `processes` processes on `hosts` hosts."""
 
     devices: int
+    processes: int = 1
+    hosts: int = 1
+
+    def __post_init__(self) -> None:
+        if self.devices < 1 or self.processes < 1 or self.hosts < 1:
+            raise DeviceCountError(f"a slice needs at least one of each, got {self.describe()}")
+        if self.devices % self.processes:
+            raise DeviceCountError(
+                f"{self.devices} cores cannot be split evenly over {self.processes} processes"
+            )
+        if self.processes % self.hosts:
+            raise DeviceCountError(
+                f"{self.processes} processes cannot be split evenly over {self.hosts} hosts"
+            )
+
+    @property
+    def cores_per_process(self) -> int:
+        return self.devices // self.processes
+
+    @property
+    def processes_per_host(self) -> int:
+        return self.processes // self.hosts
+
+    @property
+    def cores_per_host(self) -> int:
+        return self.devices // self.hosts
+
+    @property
+    def threaded(self) -> bool:
+        """Every core in this one process: ranks are threads, nothing is spawned."""
+        return self.processes == 1
+
+    def process_of(self, rank: int) -> int:
+        return rank // self.cores_per_process
+
+    def host_of(self, rank: int) -> int:
+        return self.process_of(rank) // self.processes_per_host
 
     def device_of(self, rank: int) -> str:
-        return f"xla:{rank}"
+        """The rank's device as named inside its own process."""
+        return f"xla:{rank % self.cores_per_process}"
 
     def local_rank_of(self, rank: int) -> int:
-        return rank
+        """Rank within its host (what `xr.local_ordinal()` answers)."""
+        return rank % self.cores_per_host
+
+    def local_process_of(self, rank: int) -> int:
+        return self.process_of(rank) % self.processes_per_host
 
     def describe(self) -> str:
-        return f"1 host x 1 process x {self.devices} cores (threads)"
+        unit = "threads" if self.cores_per_process > 1 else "thread"
+        return (
+            f"{self.hosts} host{'s' if self.hosts > 1 else ''} x "
+            f"{self.processes_per_host} process{'es' if self.processes_per_host > 1 else ''} x "
+            f"{self.cores_per_process} core{'s' if self.cores_per_process > 1 else ''} "
+            f"({self.devices} cores, {unit} per process)"
+        )
+
+
+#: Common slices, by the names Cloud TPU uses. Cores are TensorCores as torch_xla counts devices.
+PRESETS: dict[str, tuple[Topology, str]] = {
+    "cpu-8": (Topology(8), "torch_xla's CPU runtime: one process, a thread per device"),
+    "v2-8": (Topology(8, processes=4), "TPU v2 host: 4 processes x 2 cores"),
+    "v3-8": (Topology(8, processes=4), "TPU v3 host: 4 processes x 2 cores"),
+    "v4-8": (Topology(4, processes=4), "TPU v4 host: 4 chips, one process per chip"),
+    "v4-16": (Topology(8, processes=8, hosts=2), "two v4 hosts: 8 chips, one process per chip"),
+    "v5e-8": (Topology(8, processes=8), "TPU v5e host: 8 chips, one process per chip"),
+    "v3-32": (Topology(32, processes=16, hosts=4), "four v3 hosts: 4 processes x 2 cores each"),
+}
+
+
+def preset(name: str) -> Topology:
+    try:
+        return PRESETS[name][0]
+    except KeyError:
+        raise DeviceCountError(f"unknown topology {name!r}; known: {', '.join(PRESETS)}") from None

@@ -1,24 +1,24 @@
-"""A warm world of N rank threads, each bound to its own XLA CPU device, and how a function runs on it.
+"""A warm world of emulated ranks, and how a function runs on it.
 
-Threads are started once and kept, so launching a function costs a queue put per rank, not a
-process spawn. `World.run` is the supervisor: it waits for every rank, releases the others at
-once when one fails, turns a hang into a report with every rank's stack, and replaces threads
-that could not be released so the next run starts clean.
+Ranks are started once and kept (threads of this process, or worker processes for multi-process
+topologies), so launching a function costs a message per rank, not a process spawn. `World.run`
+is the supervisor: it waits for every rank, releases the others at once when one fails, turns a
+hang into a report with every rank's stack, and replaces ranks that could not be released so the
+next run starts clean.
 """
 
 from __future__ import annotations
 
 import os
-import queue
 import threading
 import time
-import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import context
 from .errors import CollectiveTimeoutError, DeviceCountError, RankFailedError, WorldAbortedError
 from .run import Run
+from .threads import ThreadRanks
 from .topology import Topology
 
 #: How long released ranks get to unwind after an abort before their threads are replaced.
@@ -31,38 +31,6 @@ def default_collective_timeout() -> float:
     return float(os.environ.get("XLASIM_TIMEOUT", DEFAULT_COLLECTIVE_TIMEOUT_S))
 
 
-class _Worker:
-    """The thread that plays one rank, bound to its device for its whole life."""
-
-    def __init__(self, rank: int, device: str):
-        self.rank = rank
-        self.device = device
-        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
-        self.thread = threading.Thread(target=self._loop, name=f"xlasim-rank-{rank}", daemon=True)
-        self.thread.start()
-
-    def _loop(self) -> None:
-        import torch_xla  # not at module import: emulation must set the platform first
-
-        torch_xla._XLAC._xla_set_default_device(self.device)
-        while True:
-            job = self.jobs.get()
-            if job is None:
-                return
-            run, fn, args, kwargs = job
-            context.bind(context.RankContext(run, self.rank))
-            try:
-                result = fn(*args, **kwargs)
-            except BaseException as error:  # every failure is reported, none is lost
-                user_traceback = error.__traceback__.tb_next if error.__traceback__ else None
-                text = "".join(traceback.format_exception(type(error), error, user_traceback))
-                run.finish(self.rank, error=error, traceback_text=text)
-            else:
-                run.finish(self.rank, result=result)
-            finally:
-                context.bind(None)
-
-
 class World:
     """N emulated cores; `run(fn)` calls `fn(rank, *args)` on each and returns their results."""
 
@@ -73,7 +41,7 @@ class World:
         self.collective_timeout = (
             default_collective_timeout() if collective_timeout is None else collective_timeout
         )
-        self._workers = [_Worker(r, topology.device_of(r)) for r in range(topology.devices)]
+        self._ranks = ThreadRanks(topology) if topology.threaded else _process_ranks(topology)
         self._lock = threading.Lock()
 
     @property
@@ -106,13 +74,12 @@ class World:
                 f"a world cannot be launched from inside rank {context.current().rank}: "
                 "xmp.spawn / torch_xla.launch were called from a spawned function"
             )
+        jobs = [
+            (fn, (rank, *args) if pass_rank else tuple(args), kwargs or {}) for rank in range(size)
+        ]
         with self._lock:
-            run = Run(self.topology, size, self.collective_timeout)
-            for rank in range(size):
-                worker = self._workers[rank]
-                run.threads[rank] = worker.thread
-                call_args = (rank, *args) if pass_rank else tuple(args)
-                worker.jobs.put((run, fn, call_args, kwargs or {}))
+            run = Run(self.topology, size, self.collective_timeout, reporter=self._ranks)
+            self._ranks.dispatch(run, jobs)
             self._supervise(run, timeout)
             return self._outcome(run)
 
@@ -135,13 +102,7 @@ class World:
             while not run.stopped() and time.monotonic() < release_deadline:
                 run.cond.wait(timeout=release_deadline - time.monotonic())
         if not run.stopped():
-            self._replace_stuck_workers(run)
-
-    def _replace_stuck_workers(self, run: Run) -> None:
-        """Threads still busy after an abort cannot be killed: abandon them, start fresh ones."""
-        for rank in run.unfinished_ranks():
-            self._workers[rank].jobs.put(None)
-            self._workers[rank] = _Worker(rank, self.topology.device_of(rank))
+            self._ranks.recover(run.unfinished_ranks())
 
     @staticmethod
     def _outcome(run: Run) -> list[Any]:
@@ -152,8 +113,13 @@ class World:
         return list(run.results)
 
     def close(self) -> None:
-        for worker in self._workers:
-            worker.jobs.put(None)
+        self._ranks.close()
+
+
+def _process_ranks(topology: Topology):
+    from .processes import ProcessRanks
+
+    return ProcessRanks(topology)
 
 
 def _rank_failure(run: Run) -> RankFailedError:

@@ -1,0 +1,58 @@
+"""What a completed rendezvous computes, once, from every participant's host payload.
+
+Module-level functions (bound with `functools.partial`) rather than closures, so that ranks in
+worker processes can send them to the rendezvous host by pickle. Each takes `payloads`: one list
+of tensors per participant, in participant order.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .reduction import reduce
+
+Payloads = list[list[torch.Tensor]]
+
+
+def reduce_each(reduce_type: str, scale: float, payloads: Payloads) -> list[torch.Tensor]:
+    """all_reduce: element-wise, rank order, one result per input tensor."""
+    return [reduce(reduce_type, column, scale) for column in zip(*payloads)]
+
+
+def concat_each(dims: list[int], payloads: Payloads) -> list[torch.Tensor]:
+    """all_gather: every participant's tensor concatenated along its dim."""
+    return [torch.cat(column, dim) for column, dim in zip(zip(*payloads), dims)]
+
+
+def reduce_then_split(
+    reduce_type: str, scale: float, dims: list[int], shard_count: int, payloads: Payloads
+) -> list[tuple[torch.Tensor, ...]]:
+    """reduce_scatter: per input, the reduced tensor cut into `shard_count` shards."""
+    shards = []
+    for column, dim in zip(zip(*payloads), dims):
+        reduced = reduce(reduce_type, column, scale)
+        shards.append(reduced.split(reduced.size(dim) // shard_count, dim))
+    return shards
+
+
+def exchange_pieces(
+    split_dim: int, concat_dim: int, split_count: int, payloads: Payloads
+) -> list[torch.Tensor]:
+    """all_to_all: participant j receives piece j of everyone, concatenated in order."""
+    pieces = [p[0].split(p[0].size(split_dim) // split_count, split_dim) for p in payloads]
+    return [torch.cat([piece[j] for piece in pieces], concat_dim) for j in range(split_count)]
+
+
+def permute(pairs: tuple[tuple[int, int], ...], payloads: Payloads) -> list[torch.Tensor]:
+    """collective_permute: target receives its source's tensor; zeros where no pair targets."""
+    received = [torch.zeros_like(p[0]) for p in payloads]
+    for source, target in pairs:
+        received[target] = payloads[source][0]
+    return received
+
+
+def from_root(root_index: int | None, payloads: Payloads) -> list[torch.Tensor]:
+    """collective_broadcast: the root's tensors, or zeros in a group without the root."""
+    if root_index is None:
+        return [torch.zeros_like(t) for t in payloads[0]]
+    return payloads[root_index]
