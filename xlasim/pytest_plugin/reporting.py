@@ -68,6 +68,7 @@ class RankFailuresRepr(TerminalRepr):
         )
 
     def toterminal(self, tw: TerminalWriter) -> None:
+        tw.line(self.reprcrash.message, red=True, bold=True)  # the summary line xdist keeps
         for outcome, rank_repr in self._sections:
             tw.sep("-", f"[{outcome.label}]", bold=True, red=True)
             if isinstance(rank_repr, TerminalRepr):

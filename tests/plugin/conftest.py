@@ -1,0 +1,38 @@
+"""Fixtures for the plugin's own tests, which run inner pytest sessions through `pytester`."""
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+HERE = Path(__file__).parent
+_SUMMARY = re.compile(r"^(PASSED|FAILED|SKIPPED|XFAIL|XPASS|ERROR) \S*?::(\S+)")
+
+
+def outcomes(result: pytest.RunResult) -> dict[str, str]:
+    """Each inner test's outcome by name, from the `-rA` short summary."""
+    found = {}
+    for line in result.outlines:
+        match = _SUMMARY.match(line)
+        if match:
+            found[match.group(2)] = match.group(1)
+    return found
+
+
+@pytest.fixture
+def run_inner(pytester: pytest.Pytester) -> Callable[..., tuple[pytest.RunResult, dict]]:
+    """Run one of this folder's `inner_*.py` files in a fresh pytest process.
+
+    A fresh process each time: the device count is fixed once torch_xla's runtime starts.
+    Returns the result and each inner test's outcome by name.
+    """
+
+    def run(inner: str, *args: str) -> tuple[pytest.RunResult, dict[str, str]]:
+        pytester.makepyfile(test_inner=(HERE / inner).read_text())
+        result = pytester.runpytest_subprocess("-rA", "-p", "no:cacheprovider", *args, timeout=300)
+        return result, outcomes(result)
+
+    return run
