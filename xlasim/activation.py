@@ -12,10 +12,13 @@ import sys
 
 from . import patches
 from .errors import DeviceCountError, RuntimeAlreadyStartedError, XlasimError
-from .topology import Topology
+from .topology import Topology, preset
 from .world import World
 
 DEVICES_ENV = "XLASIM_DEVICES"
+PROCESSES_ENV = "XLASIM_PROCESSES"
+HOSTS_ENV = "XLASIM_HOSTS"
+TOPOLOGY_ENV = "XLASIM_TOPOLOGY"
 #: Resident memory one emulated core costs (thread, device client state, compile caches), with room
 #: to spare; measured by benchmarks/run.py. It bounds how many cores a machine can hold.
 BYTES_PER_DEVICE = 48 * 2**20
@@ -58,26 +61,36 @@ def _requested(devices: int | None) -> int:
     return devices
 
 
-def emulate(devices: int | None = None) -> Topology:
-    """Emulate a one-host slice of `devices` cores (default: `XLASIM_DEVICES`).
+def emulate(
+    devices: int | None = None,
+    processes: int | None = None,
+    hosts: int | None = None,
+    topology: str | None = None,
+) -> Topology:
+    """Emulate a slice: `devices` cores (default `XLASIM_DEVICES`) in `processes` worker processes
+    (default `XLASIM_PROCESSES`, else 1: every core a thread of this process) on `hosts` hosts
+    (default `XLASIM_HOSTS`, else 1), or a named preset (`XLASIM_TOPOLOGY`, see `xlasim topologies`).
 
-    Call before the first use of an XLA device. Calling again with the same count is a no-op.
+    Call before the first use of an XLA device. Calling again with the same slice is a no-op.
     """
     global _topology
-    count = _requested(devices)
+    wanted = _requested_topology(devices, processes, hosts, topology)
     platform = os.environ.get("PJRT_DEVICE", "CPU")
     if platform.split("_")[0] != "CPU":
         raise XlasimError(
             f"PJRT_DEVICE={platform} is set, but emulation runs on the XLA CPU device: unset it, "
             "or run natively (pytest --xla-backend=native) on a TPU VM"
         )
+    count = wanted.cores_per_process  # the devices this process holds (all, when threaded)
     if "torch_xla" not in sys.modules:
         _choose_devices(count)  # before torch_xla's import picks a platform by itself
     import torch_xla
 
     if torch_xla._XLAC._xla_runtime_is_initialized():
         started = torch_xla._XLAC._xla_get_devices()
-        if len(started) != count or not all(d.startswith("CPU") for d in started):
+        if wanted.threaded and (
+            len(started) != count or not all(d.startswith("CPU") for d in started)
+        ):
             raise RuntimeAlreadyStartedError(
                 f"the XLA runtime already started with {len(started)} device(s) {started[:4]}, "
                 f"so it cannot emulate {count}. Activate emulation before the first use of an XLA "
@@ -86,9 +99,35 @@ def emulate(devices: int | None = None) -> Topology:
             )
     else:
         _choose_devices(count)
-    _topology = Topology(count)
+    _topology = wanted
     patches.install()
     return _topology
+
+
+def _requested_topology(
+    devices: int | None, processes: int | None, hosts: int | None, name: str | None
+) -> Topology:
+    name = name or os.environ.get(TOPOLOGY_ENV)
+    if name:
+        return preset(name)
+    count = _requested(devices)
+    return Topology(count, _whole(processes, PROCESSES_ENV), _whole(hosts, HOSTS_ENV))
+
+
+def _whole(value: int | None, env: str) -> int:
+    if value is not None:
+        return value
+    raw = os.environ.get(env, "1")
+    try:
+        return int(raw)
+    except ValueError:
+        raise DeviceCountError(f"{env}={raw!r} is not a whole number") from None
+
+
+def enter_worker(topology: Topology) -> None:
+    """Mark this process as a worker of a multi-process world (its ranks are its threads)."""
+    global _topology
+    _topology = topology
 
 
 def _choose_devices(count: int) -> None:
@@ -102,7 +141,7 @@ def is_emulated() -> bool:
 
 def topology() -> Topology:
     if _topology is None:
-        if os.environ.get(DEVICES_ENV):
+        if os.environ.get(DEVICES_ENV) or os.environ.get(TOPOLOGY_ENV):
             return emulate()
         raise XlasimError(
             f"emulation is not active: call xlasim.emulate(devices=N) or set {DEVICES_ENV}=N"

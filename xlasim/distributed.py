@@ -77,7 +77,7 @@ class _RegistryProxy:
 
 def _xla_rendezvous(url: str, timeout=None, **kwargs):
     ctx = context.require("init_process_group('xla')")
-    store = ctx.run.shared("dist-store", dist.HashStore)
+    store = ctx.run.store()
     yield (store, ctx.rank, ctx.world_size)
 
 

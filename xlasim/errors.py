@@ -44,6 +44,9 @@ class WorldAbortedError(XlasimError):
         super().__init__(f"released: the run was aborted ({type(cause).__name__})")
         self.cause = cause
 
+    def __reduce__(self):
+        return (type(self), (self.cause,))
+
 
 class RankFailedError(XlasimError):
     """One or more ranks raised; holds each failing rank's exception and formatted traceback."""
@@ -54,6 +57,9 @@ class RankFailedError(XlasimError):
         super().__init__(message)
         self.failures = dict(failures)
         self.tracebacks = dict(tracebacks)
+
+    def __reduce__(self):
+        return (type(self), (str(self), self.failures, self.tracebacks))
 
     @property
     def ranks(self) -> list[int]:

@@ -112,6 +112,12 @@ class Run:
         """An object private to one rank of this run (what a TPU process keeps in its globals)."""
         return self.shared((key, rank), factory)
 
+    def store(self):
+        """The torch.distributed store of this run's `xla://` rendezvous."""
+        import torch.distributed as dist
+
+        return self.shared("dist-store", dist.HashStore)
+
     # ----------------------------------------------------------------- rank lifecycle
 
     def finish(

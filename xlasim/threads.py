@@ -83,6 +83,12 @@ class ThreadRanks:
     def stack(self, rank: int) -> str:
         return self._threads[rank].stack()
 
+    def check(self, run: Any) -> None:
+        """Threads cannot die under a run without reporting: nothing to watch."""
+
+    def finished(self, run: Any) -> None:
+        """Runs hold no resources of this backend."""
+
     def recover(self, stuck: list[int]) -> None:
         """Threads still busy after an abort cannot be killed: abandon them, start fresh ones."""
         for rank in stuck:

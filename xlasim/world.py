@@ -96,11 +96,13 @@ class World:
                         )
                     )
                     break
+                self._ranks.check(run)
                 wait = 1.0 if deadline is None else min(1.0, deadline - time.monotonic())
                 run.cond.wait(timeout=max(wait, 0.0))
             release_deadline = time.monotonic() + RELEASE_GRACE_S
             while not run.stopped() and time.monotonic() < release_deadline:
                 run.cond.wait(timeout=release_deadline - time.monotonic())
+        self._ranks.finished(run)
         if not run.stopped():
             self._ranks.recover(run.unfinished_ranks())
 
