@@ -1,7 +1,9 @@
-"""`xlasim run [--devices N] script.py [args...]`: run an unmodified torch_xla script emulated.
+"""The `xlasim` command.
 
-The script runs as `__main__` in this process after emulation is set up, so its `xmp.spawn` /
-`torch_xla.launch` calls land on the emulated world.
+`xlasim run [--devices N] [--processes P] [--hosts H | --topology NAME] script.py [args...]` runs
+an unmodified torch_xla script emulated: the script runs as `__main__` in this process after
+emulation is set up, so its `xmp.spawn` / `torch_xla.launch` calls land on the emulated world.
+`xlasim topologies` lists the named slices.
 """
 
 from __future__ import annotations
@@ -23,6 +25,16 @@ def _parser() -> argparse.ArgumentParser:
         "--devices", type=int, default=None, help="emulated cores (default: XLASIM_DEVICES, else 8)"
     )
     run.add_argument(
+        "--processes",
+        type=int,
+        default=None,
+        help="worker processes holding the cores (default: XLASIM_PROCESSES, else 1)",
+    )
+    run.add_argument(
+        "--hosts", type=int, default=None, help="emulated hosts the processes are spread over"
+    )
+    run.add_argument("--topology", default=None, help="a named slice, see `xlasim topologies`")
+    run.add_argument(
         "--timeout",
         type=float,
         default=None,
@@ -36,15 +48,30 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument("target", help="the script (or module, with -m) to run")
     run.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
+    commands.add_parser("topologies", help="list the named slices --topology accepts")
     return parser
 
 
-def run_target(devices: int, target: str, args: Sequence[str], as_module: bool) -> None:
+def list_topologies() -> str:
+    from .topology import PRESETS
+
+    rows = [(name, topology.describe(), note) for name, (topology, note) in PRESETS.items()]
+    widths = [max(len(row[i]) for row in rows) for i in range(2)]
+    return "\n".join(f"{n:<{widths[0]}}  {d:<{widths[1]}}  {note}" for n, d, note in rows)
+
+
+def run_target(options: argparse.Namespace) -> None:
     from .activation import emulate
 
-    emulate(devices=devices)
+    emulate(
+        devices=options.devices,
+        processes=options.processes,
+        hosts=options.hosts,
+        topology=options.topology,
+    )
+    target, args = options.target, options.args
     sys.argv = [target, *args]
-    if as_module:
+    if options.module:
         runpy.run_module(target, run_name="__main__", alter_sys=True)
     else:
         sys.path.insert(0, os.path.dirname(os.path.abspath(target)))
@@ -53,11 +80,15 @@ def run_target(devices: int, target: str, args: Sequence[str], as_module: bool) 
 
 def main(argv: Sequence[str] | None = None) -> int:
     options = _parser().parse_args(argv)
+    if options.command == "topologies":
+        print(list_topologies())
+        return 0
     if options.timeout is not None:
         os.environ["XLASIM_TIMEOUT"] = str(options.timeout)
-    devices = options.devices or int(os.environ.get("XLASIM_DEVICES", 8))
+    if options.devices is None and not options.topology:
+        options.devices = int(os.environ.get("XLASIM_DEVICES", 8))
     try:
-        run_target(devices, options.target, options.args, options.module)
+        run_target(options)
     except XlasimError as error:
         print(f"xlasim: {type(error).__name__}: {error}", file=sys.stderr)
         return 1

@@ -69,12 +69,12 @@ class Topology:
         return self.process_of(rank) % self.processes_per_host
 
     def describe(self) -> str:
-        unit = "threads" if self.cores_per_process > 1 else "thread"
+        def count(n: int, noun: str) -> str:
+            return f"{n} {noun}{'es' if noun.endswith('s') and n > 1 else 's' if n > 1 else ''}"
+
         return (
-            f"{self.hosts} host{'s' if self.hosts > 1 else ''} x "
-            f"{self.processes_per_host} process{'es' if self.processes_per_host > 1 else ''} x "
-            f"{self.cores_per_process} core{'s' if self.cores_per_process > 1 else ''} "
-            f"({self.devices} cores, {unit} per process)"
+            f"{count(self.hosts, 'host')} x {count(self.processes_per_host, 'process')} x "
+            f"{count(self.cores_per_process, 'core')} = {self.devices} cores"
         )
 
 
