@@ -56,11 +56,7 @@ class XLACheckpointIO:
     def load_bytes(self, data: bytes, path: str | os.PathLike, weights_only: bool = True) -> Any:
         """Deserialize a checkpoint read from `path`, tensors on the CPU; clear errors if it is
         truncated, corrupt, or holds objects that `weights_only` loading refuses."""
-        if not zipfile.is_zipfile(io.BytesIO(data)):
-            raise CheckpointCorruptError(
-                f"checkpoint {path} is truncated or corrupt: its {len(data)} bytes are not a "
-                "complete torch.save archive (was the writer killed, or the file copied partly?)"
-            )
+        _check_archive(data, path)
         try:
             return serialization.load_bytes(data, weights_only=weights_only)
         except pickle.UnpicklingError as error:
@@ -85,6 +81,26 @@ class XLACheckpointIO:
     def remove_checkpoint(self, path: str | os.PathLike) -> None:
         """Delete `path` if it exists."""
         Path(path).unlink(missing_ok=True)
+
+
+def _check_archive(data: bytes, path: str | os.PathLike) -> None:
+    """A torch.save file is a zip archive: check that it is complete and that every member
+    matches its CRC (torch.load itself would load flipped payload bytes silently)."""
+    if not zipfile.is_zipfile(io.BytesIO(data)):
+        raise CheckpointCorruptError(
+            f"checkpoint {path} is truncated or corrupt: its {len(data)} bytes are not a "
+            "complete torch.save archive (was the writer killed, or the file copied partly?)"
+        )
+    try:
+        damaged = zipfile.ZipFile(io.BytesIO(data)).testzip()
+    except Exception as error:
+        raise CheckpointCorruptError(
+            f"checkpoint {path} is corrupt: {type(error).__name__}: {error}"
+        ) from error
+    if damaged is not None:
+        raise CheckpointCorruptError(
+            f"checkpoint {path} is corrupt: archive member {damaged!r} fails its CRC check"
+        )
 
 
 def check_storage_options(storage_options: Any) -> None:

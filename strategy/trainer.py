@@ -1,0 +1,293 @@
+"""A small training loop on the strategy: fit by epochs or steps, validate, checkpoint, resume.
+
+Resuming is exact: training k steps, saving, and resuming in a new launch for m more steps
+gives the same parameters, bit for bit, as k + m steps straight. A checkpoint therefore holds
+everything a step depends on: parameters, optimizer state, every rank's XLA RNG state, and the
+position in the epoch (the sampler's order is fixed by seed and epoch, so the batches already
+seen are skipped). Checkpoints are only taken at optimizer-step boundaries, where no gradient is
+half accumulated.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch_xla
+import torch_xla.core.xla_model as xm
+from torch.utils.data import DataLoader
+
+from .module import TrainingModule
+from .progress import Progress
+from .sampling import set_epoch, with_distributed_sampler
+from .strategy import XLAStrategy, strategy_for
+
+CHECKPOINT_FORMAT = "strategy.trainer/1"
+
+
+@dataclass
+class FitResult:
+    """What `fit` returns (from global rank 0)."""
+
+    global_step: int
+    epoch: int
+    #: (global step, training loss averaged over the replicas), every `log_every_n_steps`.
+    losses: list[tuple[int, float]] = field(default_factory=list)
+    #: (epoch, validation loss averaged over the replicas), after every epoch.
+    val_losses: list[tuple[int, float]] = field(default_factory=list)
+    checkpoints: list[str] = field(default_factory=list)
+    #: The trained parameters and buffers, on the CPU (global rank 0 only).
+    state_dict: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+@dataclass
+class _Position:
+    global_step: int = 0
+    epoch: int = 0
+    batches_done: int = 0  # batches of `epoch` already trained on
+
+
+class Trainer:
+    """Trains a `TrainingModule` with an `XLAStrategy` on the selected devices.
+
+    Args:
+        devices: 1, every core of the host (e.g. 8), [i] or "auto" (see `parse_devices`).
+        precision: "32-true", "bf16-true" or "bf16-mixed".
+        max_epochs / max_steps: stop after this many epochs / optimizer steps (at least one).
+        accumulate_grad_batches: batches per optimizer step.
+        gradient_clip_val: clip the global gradient norm to this value.
+        log_every_n_steps: how often the loss is averaged over replicas, recorded and printed.
+        checkpoint_dir: where checkpoints go: `step-N.ckpt` every `checkpoint_every_n_steps`
+            steps, and `last.ckpt` when fit ends.
+        seed: seeds each rank's XLA RNG (seed + global rank) and the samplers' shuffling.
+        use_distributed_sampler: shard the loaders over the replicas (see `sampling`).
+        progress: print progress on global rank 0.
+        debug: print XLA metrics at teardown.
+        strategy: use this strategy instead of one made from devices/precision/debug.
+    """
+
+    def __init__(
+        self,
+        *,
+        devices: Any = "auto",
+        precision: str = "32-true",
+        max_epochs: int | None = None,
+        max_steps: int | None = None,
+        accumulate_grad_batches: int = 1,
+        gradient_clip_val: float | None = None,
+        log_every_n_steps: int = 1,
+        checkpoint_dir: str | Path | None = None,
+        checkpoint_every_n_steps: int | None = None,
+        seed: int = 0,
+        use_distributed_sampler: bool = True,
+        progress: bool = True,
+        debug: bool = False,
+        sync_module_states: bool = True,
+        strategy: XLAStrategy | None = None,
+    ):
+        if max_epochs is None and max_steps is None:
+            raise ValueError("set max_epochs or max_steps: the trainer needs to know when to stop")
+        for name, value in (
+            ("max_epochs", max_epochs),
+            ("max_steps", max_steps),
+            ("accumulate_grad_batches", accumulate_grad_batches),
+            ("log_every_n_steps", log_every_n_steps),
+            ("checkpoint_every_n_steps", checkpoint_every_n_steps),
+        ):
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be a positive whole number, got {value!r}")
+        if checkpoint_every_n_steps is not None and checkpoint_dir is None:
+            raise ValueError("checkpoint_every_n_steps needs a checkpoint_dir to write to")
+        self.strategy = strategy or strategy_for(
+            devices, precision=precision, debug=debug, sync_module_states=sync_module_states
+        )
+        self.max_epochs = max_epochs
+        self.max_steps = max_steps
+        self.accumulate_grad_batches = accumulate_grad_batches
+        self.gradient_clip_val = gradient_clip_val
+        self.log_every_n_steps = log_every_n_steps
+        self.checkpoint_dir = None if checkpoint_dir is None else Path(checkpoint_dir)
+        self.checkpoint_every_n_steps = checkpoint_every_n_steps
+        self.seed = seed
+        self.use_distributed_sampler = use_distributed_sampler
+        self.progress = progress
+        self.model: TrainingModule | None = None
+
+    # ------------------------------------------------------------------ entry points
+
+    def fit(
+        self,
+        model: TrainingModule,
+        train_dataloader: DataLoader,
+        val_dataloader: DataLoader | None = None,
+        ckpt_path: str | Path | None = None,
+    ) -> FitResult | None:
+        """Launch on the selected devices and train. `model` is not modified: every rank trains
+        its own copy, and global rank 0's result (with the trained `state_dict`) comes back."""
+        return self.strategy.launcher.launch(
+            self.fit_here, model, train_dataloader, val_dataloader, ckpt_path
+        )
+
+    def fit_here(
+        self,
+        model: TrainingModule,
+        train_dataloader: DataLoader,
+        val_dataloader: DataLoader | None = None,
+        ckpt_path: str | Path | None = None,
+    ) -> FitResult:
+        """Train `model` in place on the rank this runs on (inside a launch, a
+        `@pytest.mark.xla` test or `xla_world.run`); each rank passes its own model object."""
+        strategy = self.strategy
+        strategy.setup_environment()
+        xm.set_rng_state(self.seed + strategy.global_rank, device=str(strategy.root_device))
+        self.model = model
+        strategy.setup(self)
+        optimizer = strategy.optimizers[0]
+        train = self._loader(train_dataloader, evaluation=False)
+        val = None if val_dataloader is None else self._loader(val_dataloader, evaluation=True)
+        result = FitResult(global_step=0, epoch=0)
+        position = _Position()
+        if ckpt_path is not None:
+            position = self._restore(ckpt_path, model, optimizer, result)
+        progress = Progress(
+            self._total_steps(len(train)), self.progress and strategy.is_global_zero
+        )
+        if ckpt_path is not None:
+            progress.message(f"resumed from {ckpt_path} at step {position.global_step}")
+        self._run_epochs(model, optimizer, train, val, position, result, progress)
+        if self.checkpoint_dir is not None:
+            self._save(self.checkpoint_dir / "last.ckpt", model, optimizer, position, result)
+        torch_xla.sync()
+        result.global_step, result.epoch = position.global_step, position.epoch
+        if strategy.is_global_zero:
+            result.state_dict = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+        strategy.teardown()
+        return result
+
+    # ------------------------------------------------------------------ the loop
+
+    def _loader(self, loader: DataLoader, evaluation: bool) -> Any:
+        if self.use_distributed_sampler:
+            loader = with_distributed_sampler(
+                loader,
+                **self.strategy.distributed_sampler_kwargs,
+                seed=self.seed,
+                evaluation=evaluation,
+            )
+        return self.strategy.process_dataloader(loader)
+
+    def _total_steps(self, batches_per_epoch: int) -> int:
+        per_epoch = math.ceil(batches_per_epoch / self.accumulate_grad_batches)
+        if self.max_epochs is None:
+            return self.max_steps
+        total = per_epoch * self.max_epochs
+        return total if self.max_steps is None else min(total, self.max_steps)
+
+    def _finished(self, position: _Position) -> bool:
+        return (self.max_steps is not None and position.global_step >= self.max_steps) or (
+            self.max_epochs is not None and position.epoch >= self.max_epochs
+        )
+
+    def _run_epochs(self, model, optimizer, train, val, position, result, progress) -> None:
+        strategy, precision = self.strategy, self.strategy.precision
+        model.train()
+        while not self._finished(position):
+            set_epoch(train, position.epoch)
+            step_loss, micro_batches = None, 0
+            for batch_idx, batch in enumerate(train):
+                if batch_idx < position.batches_done:
+                    continue  # seen before the checkpoint this run resumed from
+                with precision.forward_context():
+                    loss = model.training_step(precision.convert_input(batch), batch_idx)
+                (loss / self.accumulate_grad_batches).backward()
+                step_loss = loss.detach() if step_loss is None else step_loss + loss.detach()
+                micro_batches += 1
+                position.batches_done = batch_idx + 1
+                if position.batches_done % self.accumulate_grad_batches and (
+                    position.batches_done < len(train)
+                ):
+                    continue
+                strategy.optimizer_step(optimizer, self.gradient_clip_val)
+                optimizer.zero_grad(set_to_none=True)
+                position.global_step += 1
+                if position.global_step % self.log_every_n_steps == 0:
+                    mean = strategy.reduce(step_loss / micro_batches, reduce_op="mean")
+                    result.losses.append((position.global_step, mean.item()))
+                    progress.step(position.epoch, position.global_step, result.losses[-1][1])
+                step_loss, micro_batches = None, 0
+                every = self.checkpoint_every_n_steps
+                if every and position.global_step % every == 0:
+                    path = self.checkpoint_dir / f"step-{position.global_step}.ckpt"
+                    self._save(path, model, optimizer, position, result)
+                if self._finished(position):
+                    return
+            position.epoch, position.batches_done = position.epoch + 1, 0
+            if val is not None:
+                result.val_losses.append((position.epoch, self._validate(model, val)))
+                progress.validation(position.epoch, result.val_losses[-1][1])
+
+    def _validate(self, model: TrainingModule, loader: Any) -> float:
+        precision = self.strategy.precision
+        model.eval()
+        total, batches = None, 0
+        with torch.no_grad():
+            for batch_idx, batch in enumerate(loader):
+                with precision.forward_context():
+                    loss = model.validation_step(precision.convert_input(batch), batch_idx)
+                total = loss.float() if total is None else total + loss.float()
+                batches += 1
+        model.train()
+        if total is None:
+            raise ValueError(
+                f"the validation loader gave no batch on global rank {self.strategy.global_rank}"
+            )
+        return self.strategy.reduce(total / batches, reduce_op="mean").item()
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def _rng_states(self) -> list[int]:
+        """Every rank's XLA RNG state, by global rank (a collective: all ranks call it)."""
+        state = xm.get_rng_state(str(self.strategy.root_device))
+        if self.strategy.world_size == 1:
+            return [state]
+        return xm.mesh_reduce("strategy.trainer.rng", state, list)
+
+    def _save(self, path, model, optimizer, position, result) -> None:
+        checkpoint = {
+            "format": CHECKPOINT_FORMAT,
+            "global_step": position.global_step,
+            "epoch": position.epoch,
+            "batches_done": position.batches_done,
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "xla_rng_states": self._rng_states(),
+            "losses": list(result.losses),
+            "val_losses": list(result.val_losses),
+        }
+        self.strategy.save_checkpoint(checkpoint, path)
+        result.checkpoints.append(str(path))
+
+    def _restore(self, path, model, optimizer, result) -> _Position:
+        strategy = self.strategy
+        checkpoint = strategy.load_checkpoint(path)
+        if not isinstance(checkpoint, dict) or checkpoint.get("format") != CHECKPOINT_FORMAT:
+            raise ValueError(
+                f"{path} is not a checkpoint written by strategy.Trainer (format "
+                f"{checkpoint.get('format') if isinstance(checkpoint, dict) else None!r}, "
+                f"expected {CHECKPOINT_FORMAT!r})"
+            )
+        model.load_state_dict(checkpoint["model"])
+        optimizer.load_state_dict(checkpoint["optimizer"])
+        states = checkpoint["xla_rng_states"]
+        if len(states) != strategy.world_size:
+            raise ValueError(
+                f"{path} was written by {len(states)} replicas; resuming it exactly needs the same "
+                f"number, this run has {strategy.world_size}"
+            )
+        xm.set_rng_state(states[strategy.global_rank], device=str(strategy.root_device))
+        result.losses = list(checkpoint["losses"])
+        result.val_losses = list(checkpoint["val_losses"])
+        return _Position(checkpoint["global_step"], checkpoint["epoch"], checkpoint["batches_done"])
