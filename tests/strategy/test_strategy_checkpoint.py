@@ -121,13 +121,13 @@ def test_missing_truncated_and_corrupt_files_raise_clear_errors_on_every_rank(xl
         _write_damaged_checkpoints(tmp_path)
     strategy.barrier("files written")
 
-    with pytest.raises(CheckpointNotFoundError, match="checkpoint not found: .*missing.ckpt"):
+    with pytest.raises(CheckpointNotFoundError, match=r"checkpoint not found: .*missing\.ckpt"):
         strategy.load_checkpoint(tmp_path / "missing.ckpt")
-    with pytest.raises(CheckpointCorruptError, match="truncated.ckpt is truncated or corrupt"):
+    with pytest.raises(CheckpointCorruptError, match=r"truncated\.ckpt is truncated or corrupt"):
         strategy.load_checkpoint(tmp_path / "truncated.ckpt")
-    with pytest.raises(CheckpointCorruptError, match="garbage.ckpt is truncated or corrupt"):
+    with pytest.raises(CheckpointCorruptError, match=r"garbage\.ckpt is truncated or corrupt"):
         strategy.load_checkpoint(tmp_path / "garbage.ckpt")
-    with pytest.raises(CheckpointCorruptError, match="flipped.ckpt is corrupt: .*CRC"):
+    with pytest.raises(CheckpointCorruptError, match=r"flipped\.ckpt is corrupt: .*CRC"):
         strategy.load_checkpoint(tmp_path / "flipped.ckpt")
     assert torch.equal(strategy.load_checkpoint(tmp_path / "good.ckpt")["w"], torch.arange(100.0))
 
@@ -135,7 +135,7 @@ def test_missing_truncated_and_corrupt_files_raise_clear_errors_on_every_rank(xl
 @pytest.mark.xla
 def test_storage_options_are_refused_on_every_rank_before_writing(xla_rank, tmp_path):
     strategy = launched()
-    with pytest.raises(TypeError, match="storage_options=.*not supported"):
+    with pytest.raises(TypeError, match=r"storage_options=.*not supported"):
         strategy.save_checkpoint({"a": 1}, tmp_path / "a.ckpt", storage_options={"mode": "s3"})
     strategy.barrier("after refusal")
     assert not (tmp_path / "a.ckpt").exists()

@@ -36,7 +36,7 @@ def test_rank_facts_before_launch():
         True,
     )
     with pytest.raises(RuntimeError, match="only known on a rank"):
-        strategy.root_device
+        _ = strategy.root_device
 
 
 @pytest.mark.xla
