@@ -131,10 +131,19 @@ def _signal(pid: int, sig: int) -> None:
 
 
 def _read(path: Path) -> str:
+    """The stacks of a worker's threads that were serving a job, user frames only."""
     try:
-        return path.read_text()
+        dump = path.read_text()
     except OSError:
         return "(no stack: the process is gone)"
+    internal = (str(Path(__file__).resolve().parent.parent), os.path.dirname(os.__file__), "<")
+    serving = [block for block in dump.split("\n\n") if "in _run_job" in block]
+    return "\n".join(
+        line
+        for block in serving or [dump]
+        for line in block.splitlines()
+        if not line.strip().removeprefix('File "').startswith(internal)
+    )
 
 
 def _rewritten_modules(fn: Callable[..., Any], args: Sequence[Any]) -> dict[str, str]:

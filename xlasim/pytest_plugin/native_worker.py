@@ -13,6 +13,7 @@ import faulthandler
 import importlib
 import importlib.util
 import io
+import os
 import pickle
 import signal
 import sys
@@ -25,16 +26,20 @@ from typing import Any
 from .capture import Router
 
 STACK_SIGNAL = signal.SIGUSR1
+_PACKAGE_DIR = str(Path(__file__).resolve().parent.parent)
 _local = threading.local()
-_install_lock = threading.Lock()
+#: A worker process serves one rank per device thread (CPU, TPU v2/v3): they share its setup.
+_process_lock = threading.Lock()
 
 
-def _install_router() -> None:
-    """Route this process's Python output to the buffers of the job each thread is serving."""
-    with _install_lock:
-        if not isinstance(sys.stdout, Router):
-            sys.stdout = Router(sys.stdout, lambda: getattr(_local, "out", None))
-            sys.stderr = Router(sys.stderr, lambda: getattr(_local, "err", None))
+def _setup_process(stack_dir: str) -> None:
+    """Once per process: stacks on request, and output routed to each thread's current job."""
+    if isinstance(sys.stdout, Router):
+        return
+    stacks = open(Path(stack_dir) / f"{os.getpid()}.txt", "w")  # noqa: SIM115 (lives as long as the process)
+    faulthandler.register(STACK_SIGNAL, file=stacks, all_threads=True)
+    sys.stdout = Router(sys.stdout, lambda: getattr(_local, "out", None))
+    sys.stderr = Router(sys.stderr, lambda: getattr(_local, "err", None))
 
 
 def _import_rewritten(modules: dict[str, str]) -> None:
@@ -75,12 +80,15 @@ def _run_job(sys_path: list[str], modules: dict[str, str], payload: bytes) -> di
     reply: dict[str, Any] = {}
     before = counts()
     try:
-        sys.path[:] = sys_path
-        _import_rewritten(modules)
-        fn, args, kwargs = pickle.loads(payload)
+        with _process_lock:
+            sys.path[:] = sys_path
+            _import_rewritten(modules)
+            fn, args, kwargs = pickle.loads(payload)
         reply["result"] = _portable(fn(*args, **kwargs))
     except BaseException as error:  # every failure goes back to the parent
-        tb = error.__traceback__.tb_next if error.__traceback__ else None
+        tb = error.__traceback__
+        while tb is not None and tb.tb_frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+            tb = tb.tb_next  # start the report at the user's code, as pytest does
         reply["error"] = _portable(error)
         reply["traceback"] = "".join(traceback.format_exception(type(error), error, tb))
     after = counts()
@@ -93,11 +101,8 @@ def _run_job(sys_path: list[str], modules: dict[str, str], payload: bytes) -> di
 
 def serve(index: int, address: str, authkey: bytes, stack_dir: str) -> None:
     """The function `xmp.spawn` runs on every rank: serve jobs until the parent says stop."""
-    import os
-
-    stacks = open(Path(stack_dir) / f"{os.getpid()}.txt", "w")  # noqa: SIM115 (lives as long as the process)
-    faulthandler.register(STACK_SIGNAL, file=stacks, all_threads=True)
-    _install_router()
+    with _process_lock:
+        _setup_process(stack_dir)
     with Client(address, authkey=authkey) as conn:
         conn.send((index, os.getpid()))
         while (job := conn.recv()) is not None:
