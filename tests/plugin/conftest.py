@@ -23,12 +23,16 @@ def outcomes(result: pytest.RunResult) -> dict[str, str]:
 
 
 @pytest.fixture
-def run_inner(pytester: pytest.Pytester) -> Callable[..., tuple[pytest.RunResult, dict]]:
+def run_inner(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> Callable[..., tuple[pytest.RunResult, dict]]:
     """Run one of this folder's `inner_*.py` files in a fresh pytest process.
 
     A fresh process each time: the device count is fixed once torch_xla's runtime starts.
     Returns the result and each inner test's outcome by name.
     """
+    for name in ("XLASIM_DEVICES", "XLASIM_BACKEND", "XLASIM_TEST_TIMEOUT"):
+        monkeypatch.delenv(name, raising=False)  # the outer session's choices are not the inner's
 
     def run(inner: str, *args: str) -> tuple[pytest.RunResult, dict[str, str]]:
         pytester.makepyfile(test_inner=(HERE / inner).read_text())
