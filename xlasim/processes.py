@@ -195,6 +195,16 @@ def _worker_main(
             return
 
 
+def _job_payload(paths: list[str], jobs: dict) -> bytes:
+    try:
+        return pickle.dumps((paths, pickle.dumps(jobs)))
+    except Exception as error:
+        raise XlasimError(
+            "the function and its arguments must be picklable to run in worker processes "
+            f"(as with xmp.spawn on a TPU VM): {error}"
+        ) from error
+
+
 def _load_jobs(payload: bytes) -> dict[int, tuple[Callable[..., Any], tuple, dict]]:
     """Per-rank jobs, unpickled after adopting the parent's import path (test modules live there)."""
     paths, jobs = pickle.loads(payload)
@@ -230,8 +240,12 @@ class _Process:
         self.process.start()
         child.close()
         self.lock = threading.Lock()
+        self.ready = False
 
     def wait_ready(self) -> None:
+        """Block until the worker has started its ranks (at once if it already has)."""
+        if self.ready:
+            return
         if not self.control.poll(STARTUP_TIMEOUT_S):
             raise XlasimError(
                 f"worker process {self.index} did not start within {STARTUP_TIMEOUT_S:g} s"
@@ -242,6 +256,7 @@ class _Process:
             raise XlasimError(
                 f"worker process {self.index} died while starting (exit code {self.process.exitcode})"
             ) from None
+        self.ready = True
 
     def where(self) -> dict[int, tuple[str, str]]:
         with self.lock:
@@ -299,17 +314,14 @@ class ProcessRanks:
         self._job = job
         _REGISTRY.open(job, run)
         paths = list(sys.path)
+        payloads = {}
         for process in self._processes:
             mine = {r: jobs[r] for r in process.ranks if r < len(jobs)}
-            if not mine:
-                continue
-            try:
-                payload = pickle.dumps((paths, pickle.dumps(mine)))
-            except Exception as error:
-                raise XlasimError(
-                    "the function and its arguments must be picklable to run in worker processes "
-                    f"(as with xmp.spawn on a TPU VM): {error}"
-                ) from error
+            if mine:
+                payloads[process.index] = _job_payload(paths, mine)
+        for index, payload in payloads.items():
+            process = self._processes[index]
+            process.wait_ready()
             with process.lock:
                 process.control.send(("job", job, len(jobs), payload))
 
@@ -339,11 +351,11 @@ class ProcessRanks:
             _REGISTRY.close(self._job)
 
     def recover(self, stuck: list[int]) -> None:
-        """Processes with ranks still busy after an abort are replaced by fresh ones."""
+        """Processes with ranks still busy after an abort are replaced by fresh ones, which
+        start in the background: the next dispatch waits for them."""
         for index in sorted({self.topology.process_of(r) for r in stuck}):
             self._processes[index].stop()
             self._processes[index] = self._start(index)
-            self._processes[index].wait_ready()
 
     def close(self) -> None:
         for process in self._processes:
