@@ -101,10 +101,12 @@ class RunClient:
         self._lock = threading.Lock()
 
     def gather(self, rank, participants, call, payload, combine=None):
-        return self._registry.gather(self.job, rank, tuple(participants), call, payload, combine)
+        return self._registry.gather(
+            self.job, rank, tuple(participants), call, _owned(payload), combine
+        )
 
     def send(self, rank, channel, call, payload):
-        self._registry.send(self.job, rank, channel, call, payload)
+        self._registry.send(self.job, rank, channel, call, _owned(payload))
 
     def receive(self, rank, channel, call):
         return self._registry.receive(self.job, rank, channel, call)
@@ -144,6 +146,17 @@ class RunClient:
             return dist.PrefixStore(f"job{self.job}", client)
 
         return self.shared("dist-store", connect)
+
+
+def _owned(payload: Any) -> Any:
+    """Payloads hold views of this process's device buffers: send copies of them instead."""
+    import torch
+
+    if isinstance(payload, torch.Tensor):
+        return payload.clone()
+    if isinstance(payload, list):
+        return [_owned(item) for item in payload]
+    return payload
 
 
 def _picklable(value: Any) -> bool:

@@ -327,3 +327,23 @@ def test_results_are_bit_identical_across_runs(world):
     first, second = world.run(fn), world.run(fn)
     assert first == second
     assert len(set(first)) == 1
+
+
+def test_results_stay_independent_per_rank_after_in_place_updates(world):
+    """Ranks receive views of one shared host result: an in-place update on one rank (with the
+    graph executed) must not leak into another rank's result or into the next collective."""
+
+    def fn(rank):
+        result = xm.all_reduce("sum", on_device(rank_data(rank)))
+        if rank == 0:
+            result.mul_(100.0)
+            result.add_(1.0)
+            torch_xla.sync()
+        xm.rendezvous("updated")
+        return result.cpu().numpy()
+
+    expected = reference_reduce("sum", [rank_data(r) for r in range(4)])
+    results = world.run(fn, size=4)
+    np.testing.assert_allclose(results[0], expected * 100 + 1, rtol=1e-6)
+    for value in results[1:]:
+        np.testing.assert_array_equal(value, expected)
