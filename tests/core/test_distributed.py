@@ -109,3 +109,37 @@ def test_all_reduce_bfloat16_via_distributed(world):
     for dtype, value in world.run(with_process_group(body)):
         assert dtype == torch.bfloat16
         np.testing.assert_array_equal(value, np.full(4, 7.5, np.float32))
+
+
+def test_rooted_and_object_collectives(world):
+    def body(rank, device):
+        reduced = full(rank, device=device)
+        dist.reduce(reduced, dst=1)
+        gathered = [torch.zeros(2, device=device) for _ in range(4)] if rank == 0 else None
+        dist.gather(full(rank, device=device), gather_list=gathered, dst=0)
+        scattered = torch.zeros(2, device=device)
+        sources = [full(10 + r, device=device) for r in range(4)] if rank == 0 else None
+        dist.scatter(scattered, scatter_list=sources, src=0)
+        exchanged = [torch.zeros(1, device=device) for _ in range(4)]
+        dist.all_to_all(exchanged, [full(10 * rank + r, 1, device) for r in range(4)])
+        objects = [None] * 4
+        dist.all_gather_object(objects, {"rank": rank, "pad": "x" * rank})
+        broadcast = [{"from": rank}]
+        dist.broadcast_object_list(broadcast, src=2)
+        return {
+            "reduced": reduced.cpu().tolist(),
+            "gathered": [g.cpu().tolist() for g in gathered] if gathered else None,
+            "scattered": scattered.cpu().tolist(),
+            "exchanged": [e.item() for e in exchanged],
+            "objects": objects,
+            "broadcast": broadcast,
+        }
+
+    results = world.run(with_process_group(body), size=4)
+    assert results[1]["reduced"] == [6.0, 6.0]
+    assert results[0]["gathered"] == [[r, r] for r in range(4)]
+    for rank, seen in enumerate(results):
+        assert seen["scattered"] == [10.0 + rank] * 2
+        assert seen["exchanged"] == [10.0 * source + rank for source in range(4)]
+        assert seen["objects"] == [{"rank": r, "pad": "x" * r} for r in range(4)]
+        assert seen["broadcast"] == [{"from": 2}]
