@@ -58,8 +58,11 @@ class RankFailedError(XlasimError):
         self.failures = dict(failures)
         self.tracebacks = dict(tracebacks)
 
+    def __str__(self) -> str:  # not the rank's exception type's own (KeyError quotes its text)
+        return str(self.args[0])
+
     def __reduce__(self):
-        return (type(self), (str(self), self.failures, self.tracebacks))
+        return (RankFailedError, (str(self), self.failures, self.tracebacks))
 
     @property
     def ranks(self) -> list[int]:

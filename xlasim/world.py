@@ -134,7 +134,7 @@ def _rank_failure(run: Run) -> RankFailedError:
     )
     released = [r for r in run.stopped_ranks(failed=True) if r not in run.failures]
     note = f"\n(ranks {released} were released from their waits)" if released else ""
-    error = RankFailedError(
+    error = _failure_class([run.failures[r] for r in ranks])(
         f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} of {run.size} raised "
         f"{type(first).__name__}: {first}\n{sections}{note}",
         run.failures,
@@ -142,6 +142,21 @@ def _rank_failure(run: Run) -> RankFailedError:
     )
     error.__cause__ = first
     return error
+
+
+def _failure_class(failures: list[BaseException]) -> type[RankFailedError]:
+    """RankFailedError, also an instance of the ranks' own exception type when they all raised
+    the same one, so `except ValueError` around `xmp.spawn` works as with torch_xla's processes."""
+    kinds = {type(f) for f in failures}
+    if len(kinds) != 1:
+        return RankFailedError
+    (kind,) = kinds
+    if not issubclass(kind, Exception) or issubclass(kind, RankFailedError):
+        return RankFailedError
+    try:
+        return type(f"RankFailedError[{kind.__name__}]", (RankFailedError, kind), {})
+    except TypeError:  # incompatible layouts (e.g. OSError): the plain error still names it
+        return RankFailedError
 
 
 __all__ = ["World", "WorldAbortedError"]

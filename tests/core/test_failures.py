@@ -59,6 +59,24 @@ def test_spawn_surfaces_rank_exceptions_to_the_caller(world):
     assert caught.value.ranks == [2]
 
 
+def test_failure_is_also_the_ranks_own_exception_type(world):
+    def fn(rank):
+        if rank in (1, 3):
+            raise KeyError(f"missing on {rank}")
+
+    with pytest.raises(KeyError) as caught:
+        world.run(fn)
+    assert isinstance(caught.value, xlasim.RankFailedError)
+    assert caught.value.ranks == [1, 3]
+
+    def mixed(rank):
+        raise (KeyError if rank else ValueError)(rank)
+
+    with pytest.raises(xlasim.RankFailedError) as caught:
+        world.run(mixed, size=2)
+    assert not isinstance(caught.value, (KeyError, ValueError))
+
+
 @pytest.mark.parametrize(
     "mismatch, expected",
     [
