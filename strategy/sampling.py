@@ -59,22 +59,21 @@ def _rebuilt(loader: DataLoader, **changes: Any) -> DataLoader:
             "subclass whose constructor is unknown here): give it a DistributedSampler yourself "
             "or pass use_distributed_sampler=False"
         )
-    custom_batches = loader.batch_sampler is not None and not isinstance(
-        loader.batch_sampler, BatchSampler
-    )
-    if custom_batches:
+    batches = loader.batch_sampler
+    if batches is not None and type(batches) is not BatchSampler:
         raise TypeError(
             f"cannot insert a distributed sampler into the custom batch_sampler "
-            f"{type(loader.batch_sampler).__name__}: shard it yourself (build it on a "
-            "DistributedSampler) or pass use_distributed_sampler=False"
+            f"{type(batches).__name__}: shard it yourself (build it on a DistributedSampler) or "
+            "pass use_distributed_sampler=False"
         )
     arguments = {
         "dataset": loader.dataset,
-        "batch_size": loader.batch_size,
+        # a plain BatchSampler given by the user: the loader's own batch_size is None
+        "batch_size": loader.batch_size if batches is None else batches.batch_size,
         "num_workers": loader.num_workers,
         "collate_fn": loader.collate_fn,
         "pin_memory": loader.pin_memory,
-        "drop_last": loader.drop_last,
+        "drop_last": loader.drop_last if batches is None else batches.drop_last,
         "timeout": loader.timeout,
         "worker_init_fn": loader.worker_init_fn,
         "multiprocessing_context": loader.multiprocessing_context,

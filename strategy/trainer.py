@@ -1,11 +1,12 @@
 """A small training loop on the strategy: fit by epochs or steps, validate, checkpoint, resume.
 
 Resuming is exact: training k steps, saving, and resuming in a new launch for m more steps
-gives the same parameters, bit for bit, as k + m steps straight. A checkpoint therefore holds
-everything a step depends on: parameters, optimizer state, every rank's XLA RNG state, and the
-position in the epoch (the sampler's order is fixed by seed and epoch, so the batches already
-seen are skipped). Checkpoints are only taken at optimizer-step boundaries, where no gradient is
-half accumulated.
+gives the same parameters, bit for bit, as k + m steps straight. Everything a step depends on is
+either in the checkpoint (parameters, optimizer state, the position in the epoch) or derived
+from the seed: the sampler's order comes from (seed, epoch), so the batches already seen are
+skipped, and each batch's random numbers come from (seed, global rank, epoch, batch), see
+`_seed_batch`. Checkpoints are only taken at optimizer-step boundaries, where no gradient is half
+accumulated.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch_xla
 import torch_xla.core.xla_model as xm
@@ -26,6 +28,7 @@ from .sampling import set_epoch, with_distributed_sampler
 from .strategy import XLAStrategy, strategy_for
 
 CHECKPOINT_FORMAT = "strategy.trainer/1"
+_TRAIN, _VALIDATE = 0, 1  # stages, for per-batch seeds
 
 
 @dataclass
@@ -62,7 +65,7 @@ class Trainer:
         log_every_n_steps: how often the loss is averaged over replicas, recorded and printed.
         checkpoint_dir: where checkpoints go: `step-N.ckpt` every `checkpoint_every_n_steps`
             steps, and `last.ckpt` when fit ends.
-        seed: seeds each rank's XLA RNG (seed + global rank) and the samplers' shuffling.
+        seed: seeds the samplers' shuffling and every batch's XLA random numbers.
         use_distributed_sampler: shard the loaders over the replicas (see `sampling`).
         progress: print progress on global rank 0.
         debug: print XLA metrics at teardown.
@@ -142,7 +145,6 @@ class Trainer:
         `@pytest.mark.xla` test or `xla_world.run`); each rank passes its own model object."""
         strategy = self.strategy
         strategy.setup_environment()
-        xm.set_rng_state(self.seed + strategy.global_rank, device=str(strategy.root_device))
         self.model = model
         strategy.setup(self)
         optimizer = strategy.optimizers[0]
@@ -200,6 +202,7 @@ class Trainer:
             for batch_idx, batch in enumerate(train):
                 if batch_idx < position.batches_done:
                     continue  # seen before the checkpoint this run resumed from
+                self._seed_batch(_TRAIN, position.epoch, batch_idx)
                 with precision.forward_context():
                     loss = model.training_step(precision.convert_input(batch), batch_idx)
                 (loss / self.accumulate_grad_batches).backward()
@@ -226,15 +229,30 @@ class Trainer:
                     return
             position.epoch, position.batches_done = position.epoch + 1, 0
             if val is not None:
-                result.val_losses.append((position.epoch, self._validate(model, val)))
+                result.val_losses.append(
+                    (position.epoch, self._validate(model, val, position.epoch))
+                )
                 progress.validation(position.epoch, result.val_losses[-1][1])
 
-    def _validate(self, model: TrainingModule, loader: Any) -> float:
+    def _seed_batch(self, stage: int, epoch: int, batch_idx: int) -> None:
+        """Seed this rank's XLA RNG for one batch from (seed, global rank, stage, epoch, batch).
+
+        torch_xla advances a device's RNG state at every graph cut (`torch_xla.sync()`, which
+        the device loader also calls for every batch). Without re-seeding, a batch's dropout
+        masks would depend on how many syncs came before it: saving a checkpoint, logging, or
+        resuming (which skips batches through the loader) would change the training.
+        """
+        entropy = [self.seed, self.strategy.global_rank, stage, epoch, batch_idx]
+        state = int(np.random.SeedSequence(entropy).generate_state(1, np.uint64)[0] >> 1)
+        xm.set_rng_state(state, device=str(self.strategy.root_device))
+
+    def _validate(self, model: TrainingModule, loader: Any, epoch: int) -> float:
         precision = self.strategy.precision
         model.eval()
         total, batches = None, 0
         with torch.no_grad():
             for batch_idx, batch in enumerate(loader):
+                self._seed_batch(_VALIDATE, epoch, batch_idx)
                 with precision.forward_context():
                     loss = model.validation_step(precision.convert_input(batch), batch_idx)
                 total = loss.float() if total is None else total + loss.float()
@@ -248,13 +266,6 @@ class Trainer:
 
     # ------------------------------------------------------------------ checkpoints
 
-    def _rng_states(self) -> list[int]:
-        """Every rank's XLA RNG state, by global rank (a collective: all ranks call it)."""
-        state = xm.get_rng_state(str(self.strategy.root_device))
-        if self.strategy.world_size == 1:
-            return [state]
-        return xm.mesh_reduce("strategy.trainer.rng", state, list)
-
     def _save(self, path, model, optimizer, position, result) -> None:
         checkpoint = {
             "format": CHECKPOINT_FORMAT,
@@ -263,7 +274,6 @@ class Trainer:
             "batches_done": position.batches_done,
             "model": model.state_dict(),
             "optimizer": optimizer.state_dict(),
-            "xla_rng_states": self._rng_states(),
             "losses": list(result.losses),
             "val_losses": list(result.val_losses),
         }
@@ -271,8 +281,7 @@ class Trainer:
         result.checkpoints.append(str(path))
 
     def _restore(self, path, model, optimizer, result) -> _Position:
-        strategy = self.strategy
-        checkpoint = strategy.load_checkpoint(path)
+        checkpoint = self.strategy.load_checkpoint(path)
         if not isinstance(checkpoint, dict) or checkpoint.get("format") != CHECKPOINT_FORMAT:
             raise ValueError(
                 f"{path} is not a checkpoint written by strategy.Trainer (format "
@@ -281,13 +290,6 @@ class Trainer:
             )
         model.load_state_dict(checkpoint["model"])
         optimizer.load_state_dict(checkpoint["optimizer"])
-        states = checkpoint["xla_rng_states"]
-        if len(states) != strategy.world_size:
-            raise ValueError(
-                f"{path} was written by {len(states)} replicas; resuming it exactly needs the same "
-                f"number, this run has {strategy.world_size}"
-            )
-        xm.set_rng_state(states[strategy.global_rank], device=str(strategy.root_device))
         result.losses = list(checkpoint["losses"])
         result.val_losses = list(checkpoint["val_losses"])
         return _Position(checkpoint["global_step"], checkpoint["epoch"], checkpoint["batches_done"])

@@ -1,0 +1,158 @@
+"""The training loop on 8 cores: exact resumption, gradient reduction, accumulation, clipping."""
+
+import tempfile
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+from torch.utils.data import DataLoader
+
+from fixtures.data import regression_data
+from fixtures.models import NestedTiedModule, WeightSharingModule
+from strategy import CheckpointNotFoundError, XLAStrategy
+from strategy.trainer import Trainer
+
+# 256 samples over 8 replicas in batches of 8: 4 batches (steps) per epoch on each replica.
+DATA = regression_data(256, 16, 16, seed=1)
+VAL = regression_data(64, 16, 16, seed=2)
+
+
+def _fit(max_steps: int, checkpoint_dir=None, ckpt_path=None, **kwargs):
+    torch.manual_seed(0)  # the caller builds the model: every launch starts from the same one
+    trainer = Trainer(
+        max_steps=max_steps, checkpoint_dir=checkpoint_dir, progress=False, seed=3, **kwargs
+    )
+    return trainer.fit(
+        NestedTiedModule(),
+        DataLoader(DATA, batch_size=8, shuffle=True),
+        DataLoader(VAL, batch_size=8),
+        ckpt_path=ckpt_path,
+    )
+
+
+@settings(max_examples=4, deadline=None, derandomize=True)
+@given(k=st.integers(1, 6), m=st.integers(1, 5))
+@example(k=4, m=3)  # saved at the end of epoch 0
+@example(k=3, m=6)  # saved mid-epoch, resumed across two epoch ends (validation included)
+def test_resume_is_bit_for_bit_the_same_as_training_straight(xla_world, k, m):
+    """k + m steps straight == k steps, save, resume in a fresh launch, m steps (with dropout,
+    momentum, a mid-epoch stop and epoch boundaries)."""
+    straight = _fit(k + m)
+    with tempfile.TemporaryDirectory() as directory:
+        first = _fit(k, checkpoint_dir=directory)
+        assert first.checkpoints == [str(Path(directory) / "last.ckpt")]
+        resumed = _fit(k + m, ckpt_path=first.checkpoints[-1])
+
+    assert resumed.global_step == straight.global_step == k + m
+    assert resumed.state_dict.keys() == straight.state_dict.keys()
+    for name, value in straight.state_dict.items():
+        assert torch.equal(resumed.state_dict[name], value), f"{name} differs after resuming"
+    assert resumed.losses == straight.losses
+    assert resumed.val_losses == straight.val_losses
+
+
+def test_resuming_from_a_missing_checkpoint_fails_on_every_rank_without_hanging(
+    xla_world, tmp_path
+):
+    with pytest.raises(Exception, match="checkpoint not found") as raised:
+        _fit(2, ckpt_path=tmp_path / "nope.ckpt")
+    failures = getattr(raised.value, "failures", {0: raised.value})
+    assert all(isinstance(error, CheckpointNotFoundError) for error in failures.values())
+    assert len(failures) in (1, xla_world.size)  # natively the first error, emulated every rank
+
+
+def test_fit_by_epochs_validates_and_checkpoints_every_k_steps(xla_world, tmp_path):
+    result = Trainer(
+        max_epochs=2, checkpoint_dir=tmp_path, checkpoint_every_n_steps=3, progress=False
+    ).fit(
+        NestedTiedModule(),
+        DataLoader(DATA, batch_size=8, shuffle=True),
+        DataLoader(VAL, batch_size=8),
+    )
+    assert (result.global_step, result.epoch) == (8, 2)
+    assert [epoch for epoch, _ in result.val_losses] == [1, 2]
+    assert [step for step, _ in result.losses] == list(range(1, 9))
+    names = ["step-3.ckpt", "step-6.ckpt", "last.ckpt"]
+    assert result.checkpoints == [str(tmp_path / name) for name in names]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names)
+
+
+def _train_one_step(grad_scale, clip=None):
+    strategy = XLAStrategy()
+    strategy.setup_environment()
+    rank = strategy.global_rank
+    param = torch.nn.Parameter(torch.zeros(2, device=strategy.root_device))
+    optimizer = torch.optim.SGD([param], lr=1.0)
+    param.grad = torch.tensor(grad_scale, device=strategy.root_device) * (rank + 1)
+    strategy.optimizer_step(optimizer, gradient_clip_val=clip)
+    return param.detach().cpu()
+
+
+@pytest.mark.xla
+def test_optimizer_step_averages_gradients_over_replicas(xla_rank):
+    # gradients (rank + 1) * [1, -2]: their mean over 8 ranks is 4.5 * [1, -2]
+    assert _train_one_step([1.0, -2.0]).tolist() == [-4.5, 9.0]
+
+
+@pytest.mark.xla
+def test_gradient_clipping_applies_to_the_averaged_gradient(xla_rank):
+    # mean gradient 4.5 * [3, 4] has norm 22.5; clipped to norm 1: [0.6, 0.8]
+    torch.testing.assert_close(_train_one_step([3.0, 4.0], clip=1.0), torch.tensor([-0.6, -0.8]))
+
+
+def _weight_sharing_fit(batch_size: int, accumulate: int) -> dict[str, torch.Tensor]:
+    torch.manual_seed(0)
+    trainer = Trainer(max_steps=3, accumulate_grad_batches=accumulate, progress=False)
+    model = WeightSharingModule()
+    model.lr = 0.5  # plain gradient steps, large enough for differences to show
+    data = regression_data(256, 32, 10, seed=4)
+    return trainer.fit(model, DataLoader(data, batch_size=batch_size)).state_dict
+
+
+def test_accumulating_two_half_batches_matches_one_full_batch(xla_world):
+    full = _weight_sharing_fit(batch_size=8, accumulate=1)
+    accumulated = _weight_sharing_fit(batch_size=4, accumulate=2)
+    initial = (torch.manual_seed(0), WeightSharingModule())[1].state_dict()
+    for name, value in full.items():
+        assert not torch.equal(value, initial[name])  # it trained
+        torch.testing.assert_close(accumulated[name], value, rtol=1e-5, atol=1e-6)
+
+
+def test_single_device_fit_trains_on_the_chosen_core(xla_world):
+    torch.manual_seed(0)
+    model = WeightSharingModule()
+    result = Trainer(devices=[xla_world.size - 1], max_steps=2, progress=False).fit(
+        model, DataLoader(regression_data(64, 32, 10), batch_size=8)
+    )
+    assert result.global_step == 2
+    assert model.layer_1.weight.device == torch.device("cpu")  # the caller's model is untouched
+    assert not torch.equal(result.state_dict["layer_1.weight"], model.layer_1.weight)
+
+
+@pytest.mark.xla
+def test_debug_teardown_reports_compilations_and_cpu_fallbacks(xla_rank):
+    strategy = XLAStrategy(debug=True)
+    strategy.setup_environment()
+    (torch.ones(3, device=xla_rank.device) * 2).sum().item()  # .item() falls back to the CPU
+    strategy.teardown()
+    if xla_rank.rank == 0:
+        assert "compilations:" in strategy.metrics_report
+        assert "_local_scalar_dense x" in strategy.metrics_report
+    else:
+        assert strategy.metrics_report is None
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({}, "set max_epochs or max_steps"),
+        ({"max_steps": 0}, "max_steps must be a positive whole number"),
+        ({"max_epochs": 1, "accumulate_grad_batches": 1.5}, "accumulate_grad_batches must"),
+        ({"max_steps": 1, "checkpoint_every_n_steps": 2}, "needs a checkpoint_dir"),
+    ],
+)
+def test_trainer_arguments_are_checked(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        Trainer(strategy=XLAStrategy(), **kwargs)
