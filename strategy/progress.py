@@ -12,9 +12,10 @@ from typing import TextIO
 
 
 class Progress:
-    """Prints `epoch e | step s/total [bar] loss x | n steps/s` lines when enabled."""
+    """Prints `epoch e | step s/total [bar] loss x | n steps/s` lines when enabled (without
+    total and bar when the number of steps is not known)."""
 
-    def __init__(self, total_steps: int, enabled: bool, stream: TextIO | None = None):
+    def __init__(self, total_steps: int | None, enabled: bool, stream: TextIO | None = None):
         self.total_steps = total_steps
         self.enabled = enabled
         self.stream = stream or sys.stdout
@@ -34,11 +35,14 @@ class Progress:
             self._first = (step, now)
         elif now > self._first[1]:
             rate = f" | {(step - self._first[0]) / (now - self._first[1]):.1f} steps/s"
-        filled = min(width, width * step // max(self.total_steps, 1))
-        self._print(
-            f"epoch {epoch} | step {step:>{len(str(self.total_steps))}}/{self.total_steps} "
-            f"[{'#' * filled}{'.' * (width - filled)}] loss {loss:.4f}{rate}"
-        )
+        where = f"step {step}"
+        if self.total_steps:
+            filled = min(width, width * step // self.total_steps)
+            where = (
+                f"step {step:>{len(str(self.total_steps))}}/{self.total_steps} "
+                f"[{'#' * filled}{'.' * (width - filled)}]"
+            )
+        self._print(f"epoch {epoch} | {where} loss {loss:.4f}{rate}")
 
     def validation(self, epoch: int, loss: float) -> None:
         self._print(f"epoch {epoch} | validation loss {loss:.4f}")

@@ -197,7 +197,9 @@ class XLAStrategy:
             return output
         self._check_group(group, "reduce")
         if self.world_size == 1:
-            collectives.parse_reduce_op(reduce_op)  # still reject unknown ops
+            _, mean = collectives.parse_reduce_op(reduce_op)  # still reject unknown ops
+            if mean and not (output.is_floating_point() or output.is_complex()):
+                return output.float()  # as on more replicas: a mean is not an integer
             return output
         return collectives.reduce(output, reduce_op, self.root_device)
 

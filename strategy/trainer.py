@@ -53,6 +53,21 @@ class _Position:
     batches_done: int = 0  # batches of `epoch` already trained on
 
 
+@dataclass
+class _Fit:
+    """Everything one rank's fit works on."""
+
+    model: TrainingModule
+    optimizer: torch.optim.Optimizer
+    train: Any
+    val: Any
+    result: FitResult
+    position: _Position = field(default_factory=_Position)
+    progress: Progress | None = None
+    step_loss: torch.Tensor | None = None  # summed over the micro-batches of the current step
+    micro_batches: int = 0
+
+
 class Trainer:
     """Trains a `TrainingModule` with an `XLAStrategy` on the selected devices.
 
@@ -147,27 +162,35 @@ class Trainer:
         strategy.setup_environment()
         self.model = model
         strategy.setup(self)
-        optimizer = strategy.optimizers[0]
-        train = self._loader(train_dataloader, evaluation=False)
-        val = None if val_dataloader is None else self._loader(val_dataloader, evaluation=True)
-        result = FitResult(global_step=0, epoch=0)
-        position = _Position()
-        if ckpt_path is not None:
-            position = self._restore(ckpt_path, model, optimizer, result)
-        progress = Progress(
-            self._total_steps(len(train)), self.progress and strategy.is_global_zero
+        fit = _Fit(
+            model=model,
+            optimizer=strategy.optimizers[0],
+            train=self._loader(train_dataloader, evaluation=False),
+            val=None if val_dataloader is None else self._loader(val_dataloader, evaluation=True),
+            result=FitResult(global_step=0, epoch=0),
         )
         if ckpt_path is not None:
-            progress.message(f"resumed from {ckpt_path} at step {position.global_step}")
-        self._run_epochs(model, optimizer, train, val, position, result, progress)
+            self._restore(ckpt_path, fit)
+        fit.progress = Progress(
+            self._total_steps(fit.train), self.progress and strategy.is_global_zero
+        )
+        if ckpt_path is not None:
+            fit.progress.message(f"resumed from {ckpt_path} at step {fit.position.global_step}")
+        while not self._finished(fit.position):
+            if not self._train_epoch(fit):
+                break
+            if fit.val is not None:
+                loss = self._validate(fit.model, fit.val, fit.position.epoch)
+                fit.result.val_losses.append((fit.position.epoch, loss))
+                fit.progress.validation(fit.position.epoch, loss)
         if self.checkpoint_dir is not None:
-            self._save(self.checkpoint_dir / "last.ckpt", model, optimizer, position, result)
+            self._save(self.checkpoint_dir / "last.ckpt", fit)
         torch_xla.sync()
-        result.global_step, result.epoch = position.global_step, position.epoch
+        fit.result.global_step, fit.result.epoch = fit.position.global_step, fit.position.epoch
         if strategy.is_global_zero:
-            result.state_dict = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+            fit.result.state_dict = {k: v.detach().cpu() for k, v in model.state_dict().items()}
         strategy.teardown()
-        return result
+        return fit.result
 
     # ------------------------------------------------------------------ the loop
 
@@ -181,8 +204,12 @@ class Trainer:
             )
         return self.strategy.process_dataloader(loader)
 
-    def _total_steps(self, batches_per_epoch: int) -> int:
-        per_epoch = math.ceil(batches_per_epoch / self.accumulate_grad_batches)
+    def _total_steps(self, train: Any) -> int | None:
+        """Steps the fit will reach, for the progress display (None if it cannot be known)."""
+        try:
+            per_epoch = math.ceil(len(train) / self.accumulate_grad_batches)
+        except TypeError:  # an iterable dataset without a length
+            return self.max_steps
         if self.max_epochs is None:
             return self.max_steps
         total = per_epoch * self.max_epochs
@@ -193,46 +220,51 @@ class Trainer:
             self.max_epochs is not None and position.epoch >= self.max_epochs
         )
 
-    def _run_epochs(self, model, optimizer, train, val, position, result, progress) -> None:
-        strategy, precision = self.strategy, self.strategy.precision
-        model.train()
-        while not self._finished(position):
-            set_epoch(train, position.epoch)
-            step_loss, micro_batches = None, 0
-            for batch_idx, batch in enumerate(train):
-                if batch_idx < position.batches_done:
-                    continue  # seen before the checkpoint this run resumed from
-                self._seed_batch(_TRAIN, position.epoch, batch_idx)
-                with precision.forward_context():
-                    loss = model.training_step(precision.convert_input(batch), batch_idx)
-                (loss / self.accumulate_grad_batches).backward()
-                step_loss = loss.detach() if step_loss is None else step_loss + loss.detach()
-                micro_batches += 1
-                position.batches_done = batch_idx + 1
-                if position.batches_done % self.accumulate_grad_batches and (
-                    position.batches_done < len(train)
-                ):
-                    continue
-                strategy.optimizer_step(optimizer, self.gradient_clip_val)
-                optimizer.zero_grad(set_to_none=True)
-                position.global_step += 1
-                if position.global_step % self.log_every_n_steps == 0:
-                    mean = strategy.reduce(step_loss / micro_batches, reduce_op="mean")
-                    result.losses.append((position.global_step, mean.item()))
-                    progress.step(position.epoch, position.global_step, result.losses[-1][1])
-                step_loss, micro_batches = None, 0
-                every = self.checkpoint_every_n_steps
-                if every and position.global_step % every == 0:
-                    path = self.checkpoint_dir / f"step-{position.global_step}.ckpt"
-                    self._save(path, model, optimizer, position, result)
-                if self._finished(position):
-                    return
-            position.epoch, position.batches_done = position.epoch + 1, 0
-            if val is not None:
-                result.val_losses.append(
-                    (position.epoch, self._validate(model, val, position.epoch))
-                )
-                progress.validation(position.epoch, result.val_losses[-1][1])
+    def _train_epoch(self, fit: _Fit) -> bool:
+        """Train the rest of the current epoch; False if max_steps ended it early.
+
+        An optimizer step follows every `accumulate_grad_batches` batches, and once more after
+        the last batch of the epoch if some are left over (the loader's length is not needed,
+        so iterable datasets work too).
+        """
+        precision, position = self.strategy.precision, fit.position
+        set_epoch(fit.train, position.epoch)
+        fit.model.train()
+        for batch_idx, batch in enumerate(fit.train):
+            if batch_idx < position.batches_done:
+                continue  # seen before the checkpoint this run resumed from
+            self._seed_batch(_TRAIN, position.epoch, batch_idx)
+            with precision.forward_context():
+                loss = fit.model.training_step(precision.convert_input(batch), batch_idx)
+            (loss / self.accumulate_grad_batches).backward()
+            fit.step_loss = (
+                loss.detach() if fit.step_loss is None else fit.step_loss + loss.detach()
+            )
+            fit.micro_batches += 1
+            position.batches_done = batch_idx + 1
+            if fit.micro_batches == self.accumulate_grad_batches and self._step(fit):
+                return False
+        if fit.micro_batches and self._step(fit):
+            return False
+        position.epoch, position.batches_done = position.epoch + 1, 0
+        return True
+
+    def _step(self, fit: _Fit) -> bool:
+        """One optimizer step on the accumulated gradients, then logging and checkpointing;
+        True when max_steps is reached."""
+        strategy, position = self.strategy, fit.position
+        strategy.optimizer_step(fit.optimizer, self.gradient_clip_val)
+        fit.optimizer.zero_grad(set_to_none=True)
+        position.global_step += 1
+        if position.global_step % self.log_every_n_steps == 0:
+            mean = strategy.reduce(fit.step_loss / fit.micro_batches, reduce_op="mean").item()
+            fit.result.losses.append((position.global_step, mean))
+            fit.progress.step(position.epoch, position.global_step, mean)
+        fit.step_loss, fit.micro_batches = None, 0
+        every = self.checkpoint_every_n_steps
+        if every and position.global_step % every == 0:
+            self._save(self.checkpoint_dir / f"step-{position.global_step}.ckpt", fit)
+        return self.max_steps is not None and position.global_step >= self.max_steps
 
     def _seed_batch(self, stage: int, epoch: int, batch_idx: int) -> None:
         """Seed this rank's XLA RNG for one batch from (seed, global rank, stage, epoch, batch).
@@ -266,21 +298,21 @@ class Trainer:
 
     # ------------------------------------------------------------------ checkpoints
 
-    def _save(self, path, model, optimizer, position, result) -> None:
+    def _save(self, path: Path, fit: _Fit) -> None:
         checkpoint = {
             "format": CHECKPOINT_FORMAT,
-            "global_step": position.global_step,
-            "epoch": position.epoch,
-            "batches_done": position.batches_done,
-            "model": model.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "losses": list(result.losses),
-            "val_losses": list(result.val_losses),
+            "global_step": fit.position.global_step,
+            "epoch": fit.position.epoch,
+            "batches_done": fit.position.batches_done,
+            "model": fit.model.state_dict(),
+            "optimizer": fit.optimizer.state_dict(),
+            "losses": list(fit.result.losses),
+            "val_losses": list(fit.result.val_losses),
         }
         self.strategy.save_checkpoint(checkpoint, path)
-        result.checkpoints.append(str(path))
+        fit.result.checkpoints.append(str(path))
 
-    def _restore(self, path, model, optimizer, result) -> _Position:
+    def _restore(self, path: str | Path, fit: _Fit) -> None:
         checkpoint = self.strategy.load_checkpoint(path)
         if not isinstance(checkpoint, dict) or checkpoint.get("format") != CHECKPOINT_FORMAT:
             raise ValueError(
@@ -288,8 +320,10 @@ class Trainer:
                 f"{checkpoint.get('format') if isinstance(checkpoint, dict) else None!r}, "
                 f"expected {CHECKPOINT_FORMAT!r})"
             )
-        model.load_state_dict(checkpoint["model"])
-        optimizer.load_state_dict(checkpoint["optimizer"])
-        result.losses = list(checkpoint["losses"])
-        result.val_losses = list(checkpoint["val_losses"])
-        return _Position(checkpoint["global_step"], checkpoint["epoch"], checkpoint["batches_done"])
+        fit.model.load_state_dict(checkpoint["model"])
+        fit.optimizer.load_state_dict(checkpoint["optimizer"])
+        fit.result.losses = list(checkpoint["losses"])
+        fit.result.val_losses = list(checkpoint["val_losses"])
+        fit.position = _Position(
+            checkpoint["global_step"], checkpoint["epoch"], checkpoint["batches_done"]
+        )

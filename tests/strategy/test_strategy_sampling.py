@@ -7,7 +7,7 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, SequentialSampler
 from torch_xla.distributed.parallel_loader import MpDeviceLoader
 
-from fixtures.data import IndexStream, indexed_data
+from fixtures.data import Streamed, indexed_data
 from strategy import XLAStrategy
 from strategy.sampling import ReplicaShard, set_epoch, with_distributed_sampler
 
@@ -64,7 +64,7 @@ def test_the_users_own_distributed_sampler_is_left_alone():
 
 
 def test_iterable_datasets_are_split_item_by_item_into_equal_shards():
-    loader = DataLoader(IndexStream(27), batch_size=2)
+    loader = DataLoader(Streamed(indexed_data(27)), batch_size=2)
     shards = [_indices(with_distributed_sampler(loader, 8, rank)) for rank in range(8)]
     assert all(len(shard) == 3 for shard in shards)  # 27 items: 3 complete groups of 8
     assert sorted(i for shard in shards for i in shard) == list(range(24))

@@ -9,7 +9,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
-from fixtures.data import regression_data
+from fixtures.data import Streamed, regression_data
 from fixtures.models import NestedTiedModule, WeightSharingModule
 from strategy import CheckpointNotFoundError, XLAStrategy
 from strategy.trainer import Trainer
@@ -118,6 +118,16 @@ def test_accumulating_two_half_batches_matches_one_full_batch(xla_world):
     for name, value in full.items():
         assert not torch.equal(value, initial[name])  # it trained
         torch.testing.assert_close(accumulated[name], value, rtol=1e-5, atol=1e-6)
+
+
+def test_iterable_data_with_a_partial_accumulation_at_each_epoch_end(xla_world):
+    # 100 streamed samples: 12 per replica (4 dropped so all replicas match), 3 batches of 4,
+    # so each epoch is one step of 2 batches and one step of the leftover batch
+    trainer = Trainer(max_epochs=2, accumulate_grad_batches=2, progress=False)
+    data = Streamed(regression_data(100, 32, 10, seed=5))
+    result = trainer.fit(WeightSharingModule(), DataLoader(data, batch_size=4))
+    assert (result.global_step, result.epoch) == (4, 2)
+    assert [step for step, _ in result.losses] == [1, 2, 3, 4]
 
 
 def test_single_device_fit_trains_on_the_chosen_core(xla_world):
