@@ -9,9 +9,9 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
-from fixtures.data import Streamed, regression_data
+from fixtures.data import Streamed, indexed_data, regression_data
 from fixtures.models import NestedTiedModule, WeightSharingModule
-from strategy import CheckpointNotFoundError, XLAStrategy
+from strategy import CheckpointNotFoundError, TrainingModule, XLAStrategy
 from strategy.trainer import Trainer
 
 # 256 samples over 8 replicas in batches of 8: 4 batches (steps) per epoch on each replica.
@@ -77,6 +77,40 @@ def test_fit_by_epochs_validates_and_checkpoints_every_k_steps(xla_world, tmp_pa
     names = ["step-3.ckpt", "step-6.ckpt", "last.ckpt"]
     assert result.checkpoints == [str(tmp_path / name) for name in names]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names)
+
+
+class SampleRecorder(TrainingModule):
+    """Records which samples each batch held; a one-parameter loss so that it can train."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(()))
+        self.seen: list[int] = []
+
+    def training_step(self, batch, batch_idx):
+        (indices,) = batch
+        self.seen.extend(indices.cpu().tolist())
+        return (self.weight * indices.float()).pow(2).mean()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.0)
+
+
+def _samples_seen_per_epoch() -> list[list[int]]:
+    model = SampleRecorder()
+    trainer = Trainer(strategy=XLAStrategy(), max_epochs=2, progress=False, seed=11)
+    trainer.fit_here(model, DataLoader(indexed_data(64), batch_size=4, shuffle=True))
+    return [model.seen[:8], model.seen[8:]]
+
+
+def test_each_replica_trains_on_its_own_shard_reshuffled_every_epoch(xla_world):
+    per_rank = xla_world.run(_samples_seen_per_epoch)
+    for epoch in (0, 1):
+        shards = [epochs[epoch] for epochs in per_rank]
+        assert sorted(i for shard in shards for i in shard) == list(range(64))
+    for rank, (first, second) in enumerate(per_rank):
+        assert first != second, f"rank {rank} saw epoch 1 in epoch 0's order: no set_epoch"
+        assert first != list(range(rank, 64, 8)), f"rank {rank}: shuffle=True was dropped"
 
 
 def _train_one_step(grad_scale, clip=None):
