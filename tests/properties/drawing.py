@@ -39,10 +39,12 @@ EXACT_SCALES = (1.0, 0.5, 2.0)
 BASE_SHAPES = ((1,), (2,), (2, 3), (3, 1), (1, 2, 2))
 
 
-def examples(cap: int) -> int:
-    """`cap` examples, or fewer when the loaded profile asks for fewer (`xla-tpu` runs 25, the
-    mutation run's profile fewer still): a test's cap never raises a profile's budget."""
-    return min(cap, settings().max_examples)
+def budget(cap: int) -> settings:
+    """Settings for a property: at most `cap` examples, fewer when the loaded profile asks for
+    fewer (`xla-tpu` runs 25, the mutation run's profile fewer still), so a test's cap never
+    raises a profile's budget; and a failure prints the blob that replays it
+    (`@reproduce_failure`), besides being kept in the profile's example database."""
+    return settings(max_examples=min(cap, settings().max_examples), print_blob=True)
 
 
 # ------------------------------------------------------------------------------ values
