@@ -87,7 +87,7 @@ def test_cli_reports_rank_failures_and_exits_nonzero(tmp_path):
     )
     done = python("-m", "xlasim", "run", "--devices", "4", str(script))
     assert done.returncode == 1
-    assert "RankFailedError: rank 2 of 4 raised ValueError: broken on two" in done.stderr
+    assert "RankFailedError[ValueError]: rank 2 of 4 raised ValueError: broken on two" in done.stderr
 
 
 def test_runtime_started_with_another_count_is_a_clear_error():

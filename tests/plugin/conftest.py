@@ -6,8 +6,6 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["pytester"]
-
 HERE = Path(__file__).parent
 _SUMMARY = re.compile(r"^(PASSED|FAILED|SKIPPED|XFAIL|XPASS|ERROR) \S*?::(\S+)")
 
