@@ -1,5 +1,5 @@
 """The launcher: global rank 0's result comes back, every rank works on its own copies, nothing is
-left behind, and failures name the rank."""
+left behind, and failures name the rank. These launch from the pytest process: emulation only."""
 
 import tempfile
 
@@ -39,14 +39,14 @@ def test_global_rank_zero_result_comes_back_with_tensors_on_the_cpu(
     assert list(tmp_path.iterdir()) == []  # the launch's result directory is gone
 
 
-def test_single_device_launch_runs_here_on_copies():
+def test_single_device_launch_runs_here_on_copies(emulation_only):
     box = ["caller"]
     result = SingleDeviceXLAStrategy("xla:0").launcher.launch(_rank_report, box, offset=1)
     assert (result["rank"], result["world"], result["box"]) == (0, 1, ["caller", 0])
     assert box == ["caller"]
 
 
-def test_a_failing_rank_is_named(xla_world):
+def test_a_failing_rank_is_named(emulation_only, xla_world):
     with pytest.raises(Exception, match="boom on rank 3") as raised:
         XLAStrategy().launcher.launch(_fail_on_rank_3)
     assert "rank 3" in str(raised.value)

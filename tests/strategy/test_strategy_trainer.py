@@ -1,5 +1,7 @@
 """The training loop on 8 cores: exact resumption, gradient reduction, accumulation, clipping."""
 
+import functools
+import pickle
 import tempfile
 from pathlib import Path
 
@@ -9,6 +11,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
+import xlasim
 from fixtures.data import Streamed, indexed_data, regression_data
 from fixtures.models import NestedTiedModule, WeightSharingModule
 from strategy import CheckpointNotFoundError, TrainingModule, XLAStrategy
@@ -19,17 +22,35 @@ DATA = regression_data(256, 16, 16, seed=1)
 VAL = regression_data(64, 16, 16, seed=2)
 
 
-def _fit(max_steps: int, checkpoint_dir=None, ckpt_path=None, **kwargs):
-    torch.manual_seed(0)  # the caller builds the model: every launch starts from the same one
-    trainer = Trainer(
-        max_steps=max_steps, checkpoint_dir=checkpoint_dir, progress=False, seed=3, **kwargs
-    )
-    return trainer.fit(
-        NestedTiedModule(),
-        DataLoader(DATA, batch_size=8, shuffle=True),
-        DataLoader(VAL, batch_size=8),
-        ckpt_path=ckpt_path,
-    )
+def _fit_on_rank(model_bytes, max_steps, data, val=None, ckpt_path=None, **trainer_kwargs):
+    """Trainer.fit's per-rank body on the session's ranks, each with its own copy of one model
+    (what a launch gives every rank)."""
+    trainer = Trainer(strategy=XLAStrategy(), max_steps=max_steps, progress=False, **trainer_kwargs)
+    val_loader = None if val is None else DataLoader(val, batch_size=8)
+    return trainer.fit_here(pickle.loads(model_bytes), data(), val_loader, ckpt_path=ckpt_path)
+
+
+def _shuffled_data() -> DataLoader:
+    return DataLoader(DATA, batch_size=8, shuffle=True)
+
+
+def _model_bytes(model_class=NestedTiedModule) -> bytes:
+    torch.manual_seed(0)
+    return pickle.dumps(model_class())
+
+
+def _fit(xla_world, max_steps, checkpoint_dir=None, ckpt_path=None):
+    """Global rank 0's FitResult of a fresh run on every rank."""
+    return xla_world.run(
+        _fit_on_rank,
+        _model_bytes(),
+        max_steps,
+        _shuffled_data,
+        VAL,
+        ckpt_path,
+        checkpoint_dir=checkpoint_dir,
+        seed=3,
+    )[0]
 
 
 @settings(max_examples=4, deadline=None, derandomize=True)
@@ -37,13 +58,13 @@ def _fit(max_steps: int, checkpoint_dir=None, ckpt_path=None, **kwargs):
 @example(k=4, m=3)  # saved at the end of epoch 0
 @example(k=3, m=6)  # saved mid-epoch, resumed across two epoch ends (validation included)
 def test_resume_is_bit_for_bit_the_same_as_training_straight(xla_world, k, m):
-    """k + m steps straight == k steps, save, resume in a fresh launch, m steps (with dropout,
-    momentum, a mid-epoch stop and epoch boundaries)."""
-    straight = _fit(k + m)
+    """k + m steps straight == k steps, save, resume in a fresh run of every rank, m steps
+    (with dropout, momentum, a mid-epoch stop and epoch boundaries)."""
+    straight = _fit(xla_world, k + m)
     with tempfile.TemporaryDirectory() as directory:
-        first = _fit(k, checkpoint_dir=directory)
+        first = _fit(xla_world, k, checkpoint_dir=directory)
         assert first.checkpoints == [str(Path(directory) / "last.ckpt")]
-        resumed = _fit(k + m, ckpt_path=first.checkpoints[-1])
+        resumed = _fit(xla_world, k + m, ckpt_path=first.checkpoints[-1])
 
     assert resumed.global_step == straight.global_step == k + m
     assert resumed.state_dict.keys() == straight.state_dict.keys()
@@ -56,21 +77,24 @@ def test_resume_is_bit_for_bit_the_same_as_training_straight(xla_world, k, m):
 def test_resuming_from_a_missing_checkpoint_fails_on_every_rank_without_hanging(
     xla_world, tmp_path
 ):
-    with pytest.raises(Exception, match="checkpoint not found") as raised:
-        _fit(2, ckpt_path=tmp_path / "nope.ckpt")
-    failures = getattr(raised.value, "failures", {0: raised.value})
+    with pytest.raises(xlasim.RankFailedError, match="checkpoint not found") as raised:
+        _fit(xla_world, 2, ckpt_path=tmp_path / "nope.ckpt")
+    failures = raised.value.failures  # every rank raised the same error, none was left waiting
+    assert sorted(failures) == list(range(xla_world.size))
     assert all(isinstance(error, CheckpointNotFoundError) for error in failures.values())
-    assert len(failures) in (1, xla_world.size)  # natively the first error, emulated every rank
 
 
 def test_fit_by_epochs_validates_and_checkpoints_every_k_steps(xla_world, tmp_path):
-    result = Trainer(
-        max_epochs=2, checkpoint_dir=tmp_path, checkpoint_every_n_steps=3, progress=False
-    ).fit(
-        NestedTiedModule(),
-        DataLoader(DATA, batch_size=8, shuffle=True),
-        DataLoader(VAL, batch_size=8),
-    )
+    result = xla_world.run(
+        _fit_on_rank,
+        _model_bytes(),
+        None,
+        _shuffled_data,
+        VAL,
+        max_epochs=2,
+        checkpoint_dir=tmp_path,
+        checkpoint_every_n_steps=3,
+    )[0]
     assert (result.global_step, result.epoch) == (8, 2)
     assert [epoch for epoch, _ in result.val_losses] == [1, 2]
     assert [step for step, _ in result.losses] == list(range(1, 9))
@@ -113,6 +137,21 @@ def test_each_replica_trains_on_its_own_shard_reshuffled_every_epoch(xla_world):
         assert first != list(range(rank, 64, 8)), f"rank {rank}: shuffle=True was dropped"
 
 
+def _train_tied_model(steps: int) -> int:
+    trainer = Trainer(strategy=XLAStrategy(), max_steps=steps, progress=False)
+    data = DataLoader(DATA, batch_size=8, shuffle=True)
+    return trainer.fit_here(NestedTiedModule(), data).global_step
+
+
+def test_training_steps_do_not_recompile(xla_world, xla_metrics):
+    """Per-batch seeds, logging and the loop itself keep every step's graph the same. (Steps 1
+    to 3 each compile: no optimizer state yet, then fresh state, then donated buffers.)"""
+    assert xla_world.run(_train_tied_model, 3) == [3] * xla_world.size  # warm-up compiles
+    xla_metrics.reset()
+    assert xla_world.run(_train_tied_model, 7) == [7] * xla_world.size  # crosses an epoch end
+    xla_metrics.check(compilations=0)
+
+
 def _train_one_step(grad_scale, clip=None):
     strategy = XLAStrategy()
     strategy.setup_environment()
@@ -136,19 +175,24 @@ def test_gradient_clipping_applies_to_the_averaged_gradient(xla_rank):
     torch.testing.assert_close(_train_one_step([3.0, 4.0], clip=1.0), torch.tensor([-0.6, -0.8]))
 
 
-def _weight_sharing_fit(batch_size: int, accumulate: int) -> dict[str, torch.Tensor]:
-    torch.manual_seed(0)
-    trainer = Trainer(max_steps=3, accumulate_grad_batches=accumulate, progress=False)
-    model = WeightSharingModule()
-    model.lr = 0.5  # plain gradient steps, large enough for differences to show
-    data = regression_data(256, 32, 10, seed=4)
-    return trainer.fit(model, DataLoader(data, batch_size=batch_size)).state_dict
+def _regression_batches(batch_size: int, streamed: bool = False):
+    data = regression_data(256 if not streamed else 100, 32, 10, seed=4)
+    return DataLoader(Streamed(data) if streamed else data, batch_size=batch_size)
 
 
 def test_accumulating_two_half_batches_matches_one_full_batch(xla_world):
-    full = _weight_sharing_fit(batch_size=8, accumulate=1)
-    accumulated = _weight_sharing_fit(batch_size=4, accumulate=2)
-    initial = (torch.manual_seed(0), WeightSharingModule())[1].state_dict()
+    model = _model_bytes(WeightSharingModule)
+    full, accumulated = (
+        xla_world.run(
+            _fit_on_rank,
+            model,
+            3,
+            functools.partial(_regression_batches, batch_size),
+            accumulate_grad_batches=accumulate,
+        )[0].state_dict
+        for batch_size, accumulate in ((8, 1), (4, 2))
+    )
+    initial = pickle.loads(model).state_dict()
     for name, value in full.items():
         assert not torch.equal(value, initial[name])  # it trained
         torch.testing.assert_close(accumulated[name], value, rtol=1e-5, atol=1e-6)
@@ -157,18 +201,30 @@ def test_accumulating_two_half_batches_matches_one_full_batch(xla_world):
 def test_iterable_data_with_a_partial_accumulation_at_each_epoch_end(xla_world):
     # 100 streamed samples: 12 per replica (4 dropped so all replicas match), 3 batches of 4,
     # so each epoch is one step of 2 batches and one step of the leftover batch
-    trainer = Trainer(max_epochs=2, accumulate_grad_batches=2, progress=False)
-    data = Streamed(regression_data(100, 32, 10, seed=5))
-    result = trainer.fit(WeightSharingModule(), DataLoader(data, batch_size=4))
+    result = xla_world.run(
+        _fit_on_rank,
+        _model_bytes(WeightSharingModule),
+        None,
+        functools.partial(_regression_batches, 4, streamed=True),
+        max_epochs=2,
+        accumulate_grad_batches=2,
+    )[0]
     assert (result.global_step, result.epoch) == (4, 2)
     assert [step for step, _ in result.losses] == [1, 2, 3, 4]
 
 
-def test_single_device_fit_trains_on_the_chosen_core(xla_world):
-    torch.manual_seed(0)
-    model = WeightSharingModule()
+def test_fit_launches_on_every_core_and_leaves_the_callers_model_alone(emulation_only, xla_world):
+    model = pickle.loads(_model_bytes())
+    result = Trainer(max_steps=2, progress=False).fit(model, _shuffled_data())
+    assert result.global_step == 2
+    assert model.stem.weight.device == torch.device("cpu")
+    assert not torch.equal(result.state_dict["stem.weight"], model.stem.weight)
+
+
+def test_single_device_fit_trains_on_the_chosen_core(emulation_only, xla_world):
+    model = pickle.loads(_model_bytes(WeightSharingModule))
     result = Trainer(devices=[xla_world.size - 1], max_steps=2, progress=False).fit(
-        model, DataLoader(regression_data(64, 32, 10), batch_size=8)
+        model, _regression_batches(8)
     )
     assert result.global_step == 2
     assert model.layer_1.weight.device == torch.device("cpu")  # the caller's model is untouched
