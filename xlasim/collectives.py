@@ -78,6 +78,19 @@ def _copy_into(targets: Sequence[torch.Tensor], values: Sequence[torch.Tensor]) 
             target.copy_(value)
 
 
+def _deliver(results: list[torch.Tensor], output: Any, single: bool):
+    """Return results as torch_xla does: into `output` when given, else one tensor or a list."""
+    if output is None:
+        return results[0] if single else results
+    outputs, _ = _as_list(output, "output")
+    if len(outputs) != len(results):
+        raise ValueError(
+            f"`output` length doesn't match `input` length: {len(outputs)} vs {len(results)}."
+        )
+    _copy_into(outputs, results)
+    return output
+
+
 def _as_list(
     value: torch.Tensor | Sequence[torch.Tensor], what: str
 ) -> tuple[list[torch.Tensor], bool]:
@@ -157,15 +170,7 @@ def all_gather(
     combine = partial(combining.concat_each, dims)
     gathered = ctx.run.gather(ctx.rank, members, call, to_host(tensors), combine)
     results = to_device(gathered, tensors[0].device)
-    if output is not None:
-        outputs, _ = _as_list(output, "output")
-        if len(outputs) != len(results):
-            raise ValueError(
-                f"`output` length doesn't match `input` length: {len(outputs)} vs {len(results)}."
-            )
-        _copy_into(outputs, results)
-        return output
-    return results[0] if single else results
+    return _deliver(results, output, single)
 
 
 # ------------------------------------------------------------------------------ reduce_scatter
@@ -213,15 +218,7 @@ def reduce_scatter(
     shards = ctx.run.gather(ctx.rank, members, call, to_host(tensors), combine)
     mine = _index_in(ctx.rank, members)
     results = to_device([s[mine] for s in shards], tensors[0].device)
-    if output is not None:
-        outputs, _ = _as_list(output, "output")
-        if len(outputs) != len(results):
-            raise ValueError(
-                f"`output` length doesn't match `input` length: {len(outputs)} vs {len(results)}."
-            )
-        _copy_into(outputs, results)
-        return output
-    return results[0] if single else results
+    return _deliver(results, output, single)
 
 
 # ------------------------------------------------------------------------------ all_to_all

@@ -25,7 +25,7 @@ from multiprocessing.managers import BaseManager
 from typing import Any
 
 from .errors import WorldAbortedError, XlasimError
-from .run import Call, Run
+from .run import Call, Run, RunObjects
 from .topology import Topology
 
 STARTUP_TIMEOUT_S = 180.0
@@ -88,17 +88,17 @@ class _Manager(BaseManager):
 _Manager.register("registry", callable=lambda: _REGISTRY)
 
 
-class RunClient:
-    """A worker rank's handle on its job: rendezvous calls go to the parent, storage stays local."""
+class RunClient(RunObjects):
+    """A worker rank's handle on its job: rendezvous calls go to the parent; `shared` objects are
+    per process, since on a real slice processes share nothing but collectives."""
 
     def __init__(self, job: int, size: int, topology: Topology, registry: Any, store_port: int):
+        super().__init__()
         self.job = job
         self.size = size
         self.topology = topology
         self._registry = registry
         self._store_port = store_port
-        self._local: dict[Any, Any] = {}
-        self._lock = threading.Lock()
 
     def gather(self, rank, participants, call, payload, combine=None):
         return self._registry.gather(
@@ -127,16 +127,6 @@ class RunClient:
         if error is not None and not _picklable(error):
             error = XlasimError(f"{type(error).__name__}: {error}")
         self._registry.finish(self.job, rank, result, error, traceback_text)
-
-    def shared(self, key: Any, factory: Callable[[], Any]) -> Any:
-        """Process-local: on a real slice, processes share nothing but collectives."""
-        with self._lock:
-            if key not in self._local:
-                self._local[key] = factory()
-            return self._local[key]
-
-    def per_rank(self, rank: int, key: Any, factory: Callable[[], Any]) -> Any:
-        return self.shared((key, rank), factory)
 
     def store(self):
         import torch.distributed as dist

@@ -74,7 +74,25 @@ class _RankState:
     satisfiable: Callable[[], bool] | None = None
 
 
-class Run:
+class RunObjects:
+    """Objects of one run made on first use: shared by its ranks, or private to one rank (what a
+    TPU process keeps in its globals). Mixed into `Run` and into worker processes' run handles."""
+
+    def __init__(self) -> None:
+        self._objects: dict[Any, Any] = {}
+        self._objects_lock = threading.Lock()
+
+    def shared(self, key: Any, factory: Callable[[], Any]) -> Any:
+        with self._objects_lock:
+            if key not in self._objects:
+                self._objects[key] = factory()
+            return self._objects[key]
+
+    def per_rank(self, rank: int, key: Any, factory: Callable[[], Any]) -> Any:
+        return self.shared((key, rank), factory)
+
+
+class Run(RunObjects):
     """The shared state of one launch of `size` ranks."""
 
     def __init__(
@@ -97,20 +115,7 @@ class Run:
         self._slots: dict[tuple[tuple[int, ...], int], _Slot] = {}
         self._sequence: list[dict[tuple[int, ...], int]] = [{} for _ in range(size)]
         self._mailboxes: dict[Any, deque[tuple[Call, Any]]] = {}
-        self._extensions: dict[Any, Any] = {}
-
-    # ----------------------------------------------------------------- per-run state of add-ons
-
-    def shared(self, key: Any, factory: Callable[[], Any]) -> Any:
-        """An object shared by every rank of this run, made on first use."""
-        with self.cond:
-            if key not in self._extensions:
-                self._extensions[key] = factory()
-            return self._extensions[key]
-
-    def per_rank(self, rank: int, key: Any, factory: Callable[[], Any]) -> Any:
-        """An object private to one rank of this run (what a TPU process keeps in its globals)."""
-        return self.shared((key, rank), factory)
+        super().__init__()
 
     def store(self):
         """The torch.distributed store of this run's `xla://` rendezvous."""
@@ -228,7 +233,7 @@ class Run:
         if all((c.op, c.signature) == (first.op, first.signature) for c in calls.values()):
             return
         lines = "\n".join(
-            f"  {_ranks(ranks)}: {description}"
+            f"  {rank_span(ranks)}: {description}"
             for description, ranks in _by_description(calls).items()
         )
         error = CollectiveMismatchError(
@@ -290,13 +295,13 @@ class Run:
         if running and not stranded:
             return
         lines = "\n".join(
-            f"  {_ranks(ranks)} wait{'s' if len(ranks) == 1 else ''} in {description}"
+            f"  {rank_span(ranks)} wait{'s' if len(ranks) == 1 else ''} in {description}"
             for description, ranks in _by_description(
                 {r: self._states[r].call for r in waiting}
             ).items()
         )
         if finished:
-            lines += f"\n  {_ranks(finished)} returned from the function"
+            lines += f"\n  {rank_span(finished)} returned from the function"
         if stranded:
             error: Exception = CollectiveMismatchError(
                 f"{stranded} can never complete: a rank it needs has already returned "
@@ -342,13 +347,13 @@ class Run:
         waiting = {r: s.call for r, s in enumerate(self._states) if s.status == WAITING and s.call}
         for description, ranks in _by_description(waiting).items():
             parts.append(
-                f"--- {_ranks(ranks)} wait{'s' if len(ranks) == 1 else ''} in {description}"
+                f"--- {rank_span(ranks)} wait{'s' if len(ranks) == 1 else ''} in {description}"
             )
             if reporter:
                 parts.append(reporter.stack(ranks[0]).rstrip())
         finished = [r for r, s in enumerate(self._states) if s.status in (DONE, FAILED)]
         if finished:
-            parts.append(f"--- {_ranks(finished)} returned from the function")
+            parts.append(f"--- {rank_span(finished)} returned from the function")
         return "\n".join(parts)
 
 
@@ -359,7 +364,7 @@ def _by_description(calls: dict[int, Call]) -> dict[str, list[int]]:
     return grouped
 
 
-def _ranks(ranks: list[int]) -> str:
+def rank_span(ranks: Sequence[int]) -> str:
     """`rank 3` or `ranks 0-5, 7`: compact enough for 64-core reports."""
     spans: list[str] = []
     start = previous = ranks[0]
