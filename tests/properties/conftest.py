@@ -21,11 +21,19 @@ EMULATED_WORLD_SIZES = (1, 2, 3, 4, 8)
 
 
 @pytest.fixture(scope="session")
-def world_sizes(xla_world) -> tuple[int, ...]:
-    """World sizes the properties are drawn over: sub-worlds on emulated cores; natively only
-    the whole slice, since a TPU cannot run a program on some of its cores only."""
+def emulated() -> bool:
+    """Whether the session's cores are emulated (False on a TPU VM with the native backend)."""
     import xlasim
 
-    if not xlasim.is_emulated():
+    return xlasim.is_emulated()
+
+
+@pytest.fixture(scope="session")
+def world_sizes(xla_world, emulated) -> tuple[int, ...]:
+    """World sizes the properties are drawn over: sub-worlds on emulated cores; natively only
+    the whole slice, since the native backend runs every core of the slice or none."""
+    if not emulated:
         return (xla_world.size,)
-    return tuple(n for n in EMULATED_WORLD_SIZES if n <= xla_world.size) or (xla_world.size,)
+    return tuple(
+        sorted({n for n in EMULATED_WORLD_SIZES if n <= xla_world.size} | {xla_world.size})
+    )

@@ -1,0 +1,296 @@
+"""Deliberate faults for the mutation run: each a small textual patch to `strategy/` or `xlasim/`.
+
+Every edit names a file and an exact old -> new string. The old string must occur exactly once
+in that file, or applying the mutant fails loudly (`MutantDoesNotApply`): a mutant whose code was
+rewritten must be updated, not silently skipped (tests/mutation/test_mutants.py checks this on
+every run of the suite). Each mutant is a bug the suite should catch; most are real bugs of XLA
+training strategies (see ../shared/known-bugs.md), the rest classic slips in collectives.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class MutantDoesNotApply(RuntimeError):
+    """The text a mutant replaces is not in its file exactly once: the code moved on."""
+
+
+@dataclass(frozen=True)
+class Edit:
+    path: str
+    old: str
+    new: str
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    why: str
+    edits: tuple[Edit, ...]
+
+    def patched(self, root: Path) -> dict[Path, str]:
+        """The new text of every file the mutant changes under `root`; raises
+        `MutantDoesNotApply` if an old string is not in its file exactly once."""
+        texts: dict[Path, str] = {}
+        for edit in self.edits:
+            file = root / edit.path
+            text = texts.get(file) or file.read_text()
+            count = text.count(edit.old)
+            if count != 1:
+                raise MutantDoesNotApply(
+                    f"mutant {self.name!r}: {edit.path} contains the text to replace {count} "
+                    f"times, expected once:\n{edit.old}"
+                )
+            texts[file] = text.replace(edit.old, edit.new)
+        return texts
+
+    def apply(self, root: Path) -> None:
+        """Patch the files under `root` (a copy of the repository, never the working tree)."""
+        for file, text in self.patched(root).items():
+            file.write_text(text)
+
+
+def mutant(name: str, why: str, path: str, old: str, new: str) -> Mutant:
+    """A mutant of one edit."""
+    return Mutant(name, why, (Edit(path, old, new),))
+
+
+#: Proves the run imports the copy's packages (the venv has the working tree installed
+#: editable): both must fail the run, with their message in its output. Not scored.
+SANITY = (
+    mutant(
+        "sanity-strategy-import",
+        "the copy's strategy package is the one imported",
+        "strategy/__init__.py",
+        '"""A reference XLA training strategy',
+        'raise ImportError("sanity mutant: the copy\'s strategy was imported")\n"""A reference XLA training strategy',
+    ),
+    mutant(
+        "sanity-xlasim-import",
+        "the copy's xlasim package (and pytest plugin) is the one imported",
+        "xlasim/__init__.py",
+        "from .activation import emulate",
+        'raise ImportError("sanity mutant: the copy\'s xlasim was imported")\nfrom .activation import emulate',
+    ),
+)
+
+MUTANTS = (
+    # ------------------------------------------------------------------ xlasim: the collectives
+    mutant(
+        "reduce-drops-last-rank",
+        "a collective that drops a rank's contribution",
+        "xlasim/reduction.py",
+        "for value in values[1:]:",
+        "for value in values[1:-1]:",
+    ),
+    mutant(
+        "reduce-max-is-min",
+        "the wrong reduce op in the emulator",
+        "xlasim/reduction.py",
+        "REDUCE_MAX: lambda acc, x: torch.maximum(acc, x, out=acc),",
+        "REDUCE_MAX: lambda acc, x: torch.minimum(acc, x, out=acc),",
+    ),
+    mutant(
+        "scale-ignored",
+        "all_reduce/reduce_scatter ignore `scale`",
+        "xlasim/reduction.py",
+        "    if scale != 1.0:",
+        "    if False:",
+    ),
+    mutant(
+        "all-gather-reversed",
+        "all_gather concatenates in the wrong order",
+        "xlasim/combine.py",
+        "return [torch.cat(column, dim) for column, dim in zip(zip(*payloads), dims)]",
+        "return [torch.cat(column[::-1], dim) for column, dim in zip(zip(*payloads), dims)]",
+    ),
+    mutant(
+        "reduce-scatter-wrong-shard",
+        "reduce_scatter gives each member another member's shard",
+        "xlasim/combine.py",
+        "shards.append(reduced.split(reduced.size(dim) // shard_count, dim))",
+        "shards.append(reduced.split(reduced.size(dim) // shard_count, dim)[::-1])",
+    ),
+    mutant(
+        "all-to-all-wrong-piece",
+        "all_to_all sends piece j to the wrong member",
+        "xlasim/combine.py",
+        "return [torch.cat([piece[j] for piece in pieces], concat_dim) for j in range(split_count)]",
+        "return [torch.cat([piece[-1 - j] for piece in pieces], concat_dim) for j in range(split_count)]",
+    ),
+    mutant(
+        "permute-inverted",
+        "collective_permute sends along the pairs backwards",
+        "xlasim/combine.py",
+        "received[target] = payloads[source][0]",
+        "received[source] = payloads[target][0]",
+    ),
+    mutant(
+        "broadcast-ignores-root",
+        "collective_broadcast ignores root_ordinal",
+        "xlasim/combine.py",
+        "    return payloads[root_index]",
+        "    return payloads[0]",
+    ),
+    mutant(
+        "replica-groups-ignored",
+        "collectives run over the whole world whatever the replica groups",
+        "xlasim/collectives.py",
+        "    if normalized is None:\n        return tuple(range(size))",
+        "    if True:\n        return tuple(range(size))",
+    ),
+    # ------------------------------------------------------------------ strategy: collectives
+    mutant(
+        "strategy-reduce-max-is-min",
+        "the wrong reduce op in strategy.reduce",
+        "strategy/collectives.py",
+        '"max": (xm.REDUCE_MAX, False),',
+        '"max": (xm.REDUCE_MIN, False),',
+    ),
+    mutant(
+        "strategy-mean-is-sum",
+        "mean computed as a sum",
+        "strategy/collectives.py",
+        "scale = 1.0 / xr.world_size() if mean else 1.0",
+        "scale = 1.0",
+    ),
+    mutant(
+        "strategy-reduce-result-on-the-rank-device",
+        "reduce hands back a tensor on another device than the input's (Lightning PR #18275)",
+        "strategy/collectives.py",
+        "return xm.all_reduce(reduce_type, value, scale=scale).to(tensor.device)",
+        "return xm.all_reduce(reduce_type, value, scale=scale)",
+    ),
+    Mutant(
+        "strategy-broadcast-ignores-src",
+        "broadcast ignores `src` (Lightning PR #17408)",
+        (
+            Edit(
+                "strategy/strategy.py",
+                "return collectives.broadcast_tensor(obj, src, self.root_device)",
+                "return collectives.broadcast_tensor(obj, 0, self.root_device)",
+            ),
+            Edit(
+                "strategy/strategy.py",
+                "return collectives.broadcast_object(obj, src, self.root_device)",
+                "return collectives.broadcast_object(obj, 0, self.root_device)",
+            ),
+        ),
+    ),
+    mutant(
+        "gradients-not-reduced",
+        "optimizer_step steps on each replica's own gradients: replicas diverge",
+        "strategy/strategy.py",
+        "        xm.reduce_gradients(optimizer)\n",
+        "",
+    ),
+    mutant(
+        "module-states-not-synced",
+        "replicas start from their own initial weights",
+        "strategy/strategy.py",
+        "if self.sync_module_states and self.world_size > 1:",
+        "if False:",
+    ),
+    # ------------------------------------------------------------------ strategy: ranks
+    mutant(
+        "sampler-local-rank",
+        "the sampler shards by local rank (Lightning #16802)",
+        "strategy/strategy.py",
+        'return {"num_replicas": self.world_size, "rank": self.global_rank}',
+        'return {"num_replicas": self.world_size, "rank": self.local_rank}',
+    ),
+    mutant(
+        "global-zero-is-local-zero",
+        "'global rank 0' checks the local rank: one writer per host (Lightning #16843)",
+        "strategy/strategy.py",
+        "        return self.global_rank == 0",
+        "        return self.local_rank == 0",
+    ),
+    # ------------------------------------------------------------------ strategy: data
+    mutant(
+        "sampler-off-by-one-rank",
+        "the inserted DistributedSampler is given the next rank",
+        "strategy/sampling.py",
+        "dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=seed",
+        "dataset, num_replicas=num_replicas, rank=(rank + 1) % num_replicas, shuffle=shuffle, seed=seed",
+    ),
+    mutant(
+        "stream-shard-off-by-one",
+        "iterable datasets: every replica takes its neighbour's item",
+        "strategy/sampling.py",
+        "yield group[self.rank]",
+        "yield group[(self.rank + 1) % self.num_replicas]",
+    ),
+    mutant(
+        "sampler-not-set-epoch",
+        "set_epoch never reaches the sampler: the same order every epoch",
+        "strategy/sampling.py",
+        "        sampler.set_epoch(epoch)",
+        "        pass",
+    ),
+    mutant(
+        "loader-wrapped-twice",
+        "process_dataloader wraps an already wrapped loader again (Lightning PR #16571)",
+        "strategy/sampling.py",
+        "    if isinstance(loader, MpDeviceLoader):\n        return loader\n    wrapped =",
+        "    wrapped =",
+    ),
+    # ------------------------------------------------------------------ strategy: tying
+    mutant(
+        "retie-skipped",
+        "tied weights are not re-tied after the move (Lightning #2705)",
+        "strategy/tying.py",
+        "    module.to(device=device, dtype=dtype)\n    retie(module, groups)\n",
+        "    module.to(device=device, dtype=dtype)\n",
+    ),
+    # ------------------------------------------------------------------ strategy: checkpoints
+    mutant(
+        "save-on-every-rank",
+        "every rank writes the checkpoint (Lightning #2700, #6230)",
+        "strategy/strategy.py",
+        "        if self.is_global_zero:\n            try:",
+        "        if True:\n            try:",
+    ),
+    mutant(
+        "load-without-rank-zero",
+        "every rank reads the file itself: ranks disagree about the checkpoint (Lightning #14343)",
+        "strategy/strategy.py",
+        "data = self._on_global_zero(lambda: self.checkpoint_io.read_bytes(filepath))",
+        "data = self.checkpoint_io.read_bytes(filepath)",
+    ),
+    Mutant(
+        "checkpoint-not-atomic",
+        "the checkpoint is written in place: a failed save destroys the previous one",
+        (
+            Edit(
+                "strategy/serialization.py",
+                'with open(temporary, "wb") as file:',
+                'with open(path, "wb") as file:',
+            ),
+            Edit("strategy/serialization.py", "        os.replace(temporary, path)\n", ""),
+        ),
+    ),
+    mutant(
+        "checkpoint-not-moved-to-cpu",
+        "device tensors are saved as they are (pytorch/xla #7123)",
+        "strategy/serialization.py",
+        "    host = tensor.detach().cpu()",
+        "    host = tensor.detach()",
+    ),
+    mutant(
+        "launcher-every-rank-writes-results",
+        "every rank writes the launch's results file (a launcher race)",
+        "strategy/launcher.py",
+        "    if strategy.is_global_zero:\n        save_atomic(result",
+        "    if True:\n        save_atomic(result",
+    ),
+    mutant(
+        "resume-restarts-the-epoch",
+        "resuming forgets how far into the epoch the checkpoint was taken",
+        "strategy/trainer.py",
+        'checkpoint["global_step"], checkpoint["epoch"], checkpoint["batches_done"]',
+        'checkpoint["global_step"], checkpoint["epoch"], 0',
+    ),
+)
