@@ -9,9 +9,28 @@ import xlasim
 CORE_DEVICES = 8
 
 
-def pytest_collection_modifyitems(config, items):
+def _why_not_here(config) -> str | None:
+    """Why this session cannot run the core's tests, or None when it can."""
     if os.environ.get("PJRT_DEVICE", "CPU").startswith("TPU"):
-        skip = pytest.mark.skip(reason="xlasim's own tests need emulation, not a TPU")
+        return "xlasim's own tests need emulation, not a TPU"
+    if config.pluginmanager.has_plugin("xlasim"):
+        from xlasim.pytest_plugin.activation import backend_key
+
+        if config.stash.get(backend_key, "emulated") == "native":
+            return "xlasim's own tests need emulation; this session runs the native backend"
+    if xlasim.is_emulated() and not xlasim.activation.topology().threaded:
+        return (
+            "xlasim's core tests build their own worlds next to the session's threaded one; this "
+            f"session's ranks live in worker processes ({xlasim.activation.topology().describe()}), "
+            "and tests/core/test_processes.py covers those topologies"
+        )
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    reason = _why_not_here(config)
+    if reason is not None:
+        skip = pytest.mark.skip(reason=reason)
         for item in items:
             if "tests/core" in str(item.fspath):
                 item.add_marker(skip)

@@ -29,7 +29,15 @@ def run_inner(
     A fresh process each time: the device count is fixed once torch_xla's runtime starts.
     Returns the result and each inner test's outcome by name.
     """
-    for name in ("XLASIM_DEVICES", "XLASIM_BACKEND", "XLASIM_TEST_TIMEOUT", "PYTEST_XDIST_WORKER"):
+    for name in (
+        "XLASIM_DEVICES",
+        "XLASIM_PROCESSES",
+        "XLASIM_HOSTS",
+        "XLASIM_TOPOLOGY",
+        "XLASIM_BACKEND",
+        "XLASIM_TEST_TIMEOUT",
+        "PYTEST_XDIST_WORKER",
+    ):
         monkeypatch.delenv(name, raising=False)  # the outer session's choices are not the inner's
 
     def run(inner: str, *args: str) -> tuple[pytest.RunResult, dict[str, str]]:

@@ -5,6 +5,9 @@ The plugin is loaded from its entry point before conftest files are imported, an
 conftest that imports torch_xla (or even uses a device) finds the emulated slice already set up.
 An xdist controller runs no tests, so it does not start a world of its own (and skips the
 torch_xla import that would delay every worker's start).
+
+Multi-process topologies (`--xla-processes`, `--xla-hosts`, `--xla-topology`) put the ranks in
+worker processes of the core's world; the pytest process keeps the rendezvous and the tests.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import pytest
 from .. import activation as core
 from ..errors import XlasimError
 from .executor import Executor
-from .options import DEFAULT_DEVICES, Settings, resolve
+from .options import Settings, resolve
 from .outcomes import RankOutcome, replay_output
 
 _GOOGLE_PCI_VENDOR = "0x1ae0"
@@ -54,22 +57,33 @@ def is_xdist_controller(config: pytest.Config) -> bool:
 
 
 def emulated_devices(settings: Settings) -> int:
-    return settings.devices or DEFAULT_DEVICES
+    return settings.slice().devices
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     settings = resolve(early_config)
     backend = early_config.stash[backend_key] = choose_backend(settings.backend)
+    if backend == "native" and settings.topology_on_command_line:
+        raise pytest.UsageError(
+            "xlasim: --xla-processes, --xla-hosts and --xla-topology shape the emulated slice; "
+            "the native backend runs the slice it finds (xmp.spawn's own processes)"
+        )
     if backend == "emulated" and not is_xdist_controller(early_config):
+        wanted = settings.slice()
         try:
-            core.emulate(devices=emulated_devices(settings))
+            if settings.topology:
+                core.emulate(topology=settings.topology)
+            else:
+                core.emulate(devices=wanted.devices, processes=wanted.processes, hosts=wanted.hosts)
         except XlasimError as error:
             raise pytest.UsageError(f"xlasim: {error}") from None
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    if not is_xdist_controller(session.config):
+    # Ranks (threads, worker processes or xmp.spawn's workers) are started before the first
+    # test, not inside it; a session that only collects starts none.
+    if not is_xdist_controller(session.config) and not session.config.option.collectonly:
         executor(session.config).start()
 
 
@@ -80,6 +94,7 @@ def executor(config: pytest.Config) -> Executor:
             from .emulated import EmulatedExecutor
 
             config.stash[executor_key] = EmulatedExecutor()
+            config.add_cleanup(config.stash[executor_key].close)
         else:
             from .native import NativeExecutor
 
@@ -96,11 +111,17 @@ def run_ranks(
     *,
     size: int,
     timeout: float,
+    item: pytest.Item | None = None,
 ) -> list[RankOutcome]:
     """Run on the session's executor. Ranks' output is shown live under `pytest -s`; otherwise
-    the output of ranks that did not fail is handed to pytest's capture, tagged by rank."""
+    the output of ranks that did not fail is handed to pytest's capture, tagged by rank.
+    `item` is the running test: ranks in other processes render their failures as it would."""
+    from .remote import FailureStyle
+
     live = config.getoption("capture") == "no"
-    outcomes = executor(config).run_ranks(fn, args, kwargs, size=size, timeout=timeout, tee=live)
+    outcomes = executor(config).run_ranks(
+        fn, args, kwargs, size=size, timeout=timeout, tee=live, style=FailureStyle.of(item)
+    )
     if not live:
         replay_output(outcomes)
     return outcomes

@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from .outcomes import RankOutcome
+from .remote import FailureStyle
 
 
 class Executor(Protocol):
@@ -26,6 +27,9 @@ class Executor(Protocol):
     def start(self) -> None:
         """Get the ranks ready before the first test (workers, threads)."""
 
+    def close(self) -> None:
+        """Release what the executor holds (workers, scratch directories) at the session end."""
+
     def run_ranks(
         self,
         fn: Callable[..., Any],
@@ -35,10 +39,12 @@ class Executor(Protocol):
         size: int,
         timeout: float,
         tee: bool,
+        style: FailureStyle | None = None,
     ) -> list[RankOutcome]:
         """Call `fn(*args, **kwargs)` on ranks 0..size-1.
 
         Rank failures come back in the outcomes; a run-level failure (collective mismatch,
         deadlock, timeout) raises an `xlasim.XlasimError` describing every rank. `tee` passes
-        rank output through live as well as capturing it.
+        rank output through live as well as capturing it; `style` is how the current test
+        renders failures (ranks in other processes render theirs where they ran).
         """

@@ -67,6 +67,8 @@ class XlaWorld:
         self._config = config
         #: Bound on each run; set from the current test's marker before it runs.
         self.timeout = resolve(config).timeout
+        #: The running test (failures in ranks of other processes are rendered as it would).
+        self.item: pytest.Item | None = None
 
     @property
     def size(self) -> int:
@@ -77,7 +79,9 @@ class XlaWorld:
         """Call `fn(*args, **kwargs)` on every rank; return the per-rank results in rank order.
 
         `fn` gets no rank argument: it asks `xr.global_ordinal()` or `xlasim.current()`.
-        Raises `xlasim.RankFailedError` (naming each failing rank) when ranks raise.
+        Raises `xlasim.RankFailedError` (naming each failing rank) when ranks raise. When the
+        ranks live in other processes, `fn` and the arguments are pickled to them (a lambda is
+        an `xlasim.XlasimError` saying so) and the results pickled back.
         """
         return self.run_on(self.size, fn, *args, **kwargs)
 
@@ -85,7 +89,10 @@ class XlaWorld:
         """`run` on a sub-world of the first `size` ranks."""
         if not 1 <= size <= self.size:
             pytest.skip(f"needs {size} XLA cores, this session has {self.size} (--xla-devices)")
-        return results(run_ranks(self._config, fn, args, kwargs, size=size, timeout=self.timeout))
+        outcomes = run_ranks(
+            self._config, fn, args, kwargs, size=size, timeout=self.timeout, item=self.item
+        )
+        return results(outcomes)
 
     def __repr__(self) -> str:
         return f"<xla_world of {self.size} ranks>"
@@ -101,7 +108,8 @@ def _handle(config: pytest.Config) -> XlaWorld:
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    _handle(item.config).timeout = timeout_for(item)
+    handle = _handle(item.config)
+    handle.timeout, handle.item = timeout_for(item), item
 
 
 @pytest.fixture

@@ -22,6 +22,11 @@ test, taken over the whole world:
 - fallbacks: `aten::` counters, which count every call on every rank; on a `@pytest.mark.xla`
   test the marker's bound is per rank (the sum over R ranks must stay within R x the bound),
   exact for the usual `fallbacks=0`.
+
+Ranks in other processes (multi-process topologies, the native backend's workers) count in
+their own process; each run's growth comes back with the ranks' replies and is added to what
+the fixture and marker see: compilations as the most any one process compiled in that run (a
+graph every process compiles counts once, as on a slice), fallbacks summed over the ranks.
 """
 
 from __future__ import annotations
@@ -58,18 +63,42 @@ def counts() -> Counter[str]:
     return counts
 
 
+#: What ranks in other processes added, summed over the session's runs (see the module notes).
+_remote: Counter[str] = Counter()
+#: Whether this process's own counters count: not on the native backend, whose pytest process
+#: must not start an XLA runtime (reading the counters would).
+count_this_process = True
+
+
+def add_remote(deltas: list[dict[str, int] | None]) -> None:
+    """Fold one run's per-process counter growth into the session's remote counts."""
+    present = [Counter(d) for d in deltas if d]
+    if not present:
+        return
+    _remote[COMPILED_GRAPHS] += max(d[COMPILED_GRAPHS] for d in present)
+    for delta in present:
+        _remote.update({k: v for k, v in delta.items() if k.startswith(FALLBACK_PREFIX)})
+
+
+def session_counts() -> Counter[str]:
+    """This process's counters (when they count) plus what remote ranks reported."""
+    total = counts() if count_this_process else Counter()
+    total.update(_remote)
+    return total
+
+
 class XlaMetrics:
     """Compilations and CPU fallbacks since the fixture was set up (or since `reset()`)."""
 
     def __init__(self) -> None:
-        self._base = counts()
+        self._base = session_counts()
 
     def reset(self) -> None:
         """Start counting from now (e.g. after a warm-up step that is expected to compile)."""
-        self._base = counts()
+        self._base = session_counts()
 
     def _delta(self) -> Counter[str]:
-        now = counts()
+        now = session_counts()
         now.subtract(self._base)
         return +now
 

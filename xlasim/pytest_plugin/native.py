@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import pickle
 import secrets
 import signal
 import sys
@@ -30,9 +29,11 @@ from typing import Any
 import pytest
 
 from ..errors import CollectiveTimeoutError, XlasimError
+from . import metrics
 from .native_worker import STACK_SIGNAL, serve
 from .options import Settings
 from .outcomes import RankOutcome
+from .remote import FailureStyle, pack, rebuild_error
 
 #: Bound on starting the workers (process start, torch_xla import, runtime start).
 START_TIMEOUT_S = 180.0
@@ -146,17 +147,6 @@ def _read(path: Path) -> str:
     )
 
 
-def _rewritten_modules(fn: Callable[..., Any], args: Sequence[Any]) -> dict[str, str]:
-    """Test modules (imported by pytest's assertion rewriter) that the job's functions live in."""
-    modules = {}
-    for obj in (fn, *args):
-        module = sys.modules.get(getattr(obj, "__module__", "") or "")
-        loader = getattr(module, "__loader__", None)
-        if module is not None and type(loader).__name__ == "AssertionRewritingHook":
-            modules[module.__name__] = module.__file__
-    return modules
-
-
 class NativeExecutor:
     """Runs ranks in warm worker processes started by the real `xmp.spawn`."""
 
@@ -172,6 +162,7 @@ class NativeExecutor:
                 f"{self._size} {self._platform} device(s) on this host"
             )
         self._workers: _Workers | None = None
+        metrics.count_this_process = False  # reading them would start XLA in this process
 
     @property
     def size(self) -> int:
@@ -194,25 +185,26 @@ class NativeExecutor:
         size: int,
         timeout: float,
         tee: bool,
+        style: FailureStyle | None = None,
     ) -> list[RankOutcome]:
         if size != self._size:
             raise XlasimError(
                 f"the native backend runs every rank of the slice ({self._size}); a world of "
                 f"{size} needs the emulated backend"
             )
-        try:
-            payload = pickle.dumps((fn, args, kwargs))
-        except Exception as error:
-            raise XlasimError(
-                f"the native backend sends the function and its arguments to worker processes, "
-                f"so they must pickle (module-level functions, no lambdas or closures): {error}"
-            ) from error
+        job = pack(
+            fn,
+            args,
+            kwargs,
+            where="the native backend's ranks live in xmp.spawn's worker processes",
+            style=style or FailureStyle.of(None),
+        )
         self.start()
         workers = self._workers
-        job = (list(sys.path), _rewritten_modules(fn, args), payload)
         for conn in workers.conns.values():
-            conn.send(job)
+            conn.send((list(sys.path), job))
         replies = self._collect(workers, timeout)
+        metrics.add_remote([reply.get("metrics") for reply in replies.values()])
         return [self._outcome(rank, size, replies[rank], tee) for rank in range(size)]
 
     def _collect(self, workers: _Workers, timeout: float) -> dict[int, dict[str, Any]]:
@@ -254,9 +246,10 @@ class NativeExecutor:
             rank,
             size,
             result=reply.get("result"),
-            error=reply.get("error"),
+            error=rebuild_error(reply, reply.get("error")),
             traceback=reply.get("traceback", ""),
             local_frames=False,
+            repr=reply.get("repr"),
             stdout=reply.get("stdout", ""),
             stderr=reply.get("stderr", ""),
             metrics=reply.get("metrics"),

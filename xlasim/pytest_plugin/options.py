@@ -3,6 +3,11 @@
 Precedence for each setting: command line, then environment variable, then ini file, then the
 default. The resolved settings live on the config's stash so every other module reads the same
 answer (and xdist workers, which re-parse the same arguments and environment, agree with it).
+
+The slice is either counted (`--xla-devices`, `--xla-processes`, `--xla-hosts`) or named
+(`--xla-topology`, a preset of `xlasim topologies`). Whichever comes from the more specific
+source wins (a named preset in the environment gives way to counts on the command line, and
+the other way round); a name and counts that disagree at the same level are a usage error.
 """
 
 from __future__ import annotations
@@ -12,7 +17,13 @@ from dataclasses import dataclass
 
 import pytest
 
+from ..errors import XlasimError
+from ..topology import PRESETS, Topology, preset
+
 DEVICES_ENV = "XLASIM_DEVICES"
+PROCESSES_ENV = "XLASIM_PROCESSES"
+HOSTS_ENV = "XLASIM_HOSTS"
+TOPOLOGY_ENV = "XLASIM_TOPOLOGY"
 BACKEND_ENV = "XLASIM_BACKEND"
 TEST_TIMEOUT_ENV = "XLASIM_TEST_TIMEOUT"
 #: Cores emulated when nothing says how many: a v4-8 / v5e-8 host's worth.
@@ -29,6 +40,25 @@ class Settings:
     devices: int | None
     backend: str
     timeout: float
+    #: Worker processes holding the cores (None: 1, every core a thread of the pytest process).
+    processes: int | None = None
+    #: Emulated hosts the processes are spread over (None: 1).
+    hosts: int | None = None
+    #: A named preset (`xlasim topologies`); when set, it gives devices, processes and hosts.
+    topology: str | None = None
+    #: Whether any of processes/hosts/topology came from the command line (native refuses them).
+    topology_on_command_line: bool = False
+
+    def slice(self) -> Topology:
+        """The emulated slice asked for (cores default to 8)."""
+        if self.topology:
+            return preset(self.topology)
+        return Topology(self.devices or DEFAULT_DEVICES, self.processes or 1, self.hosts or 1)
+
+    def describe_slice(self) -> str:
+        """`v4-16: 2 hosts x 4 processes x 1 core = 8 cores`, or the counts alone."""
+        described = self.slice().describe()
+        return f"{self.topology}: {described}" if self.topology else described
 
 
 settings_key = pytest.StashKey[Settings]()
@@ -59,37 +89,136 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help=f"bound on one per-rank test or xla_world.run call (env {TEST_TIMEOUT_ENV}, "
         f"ini xla_timeout; default {DEFAULT_TIMEOUT_S:g}); @pytest.mark.xla(timeout=...) overrides.",
     )
+    group.addoption(
+        "--xla-processes",
+        type=int,
+        default=None,
+        metavar="P",
+        help=f"worker processes holding the emulated cores, N/P each (env {PROCESSES_ENV}, "
+        "ini xla_processes; default 1: every core a thread of the pytest process)",
+    )
+    group.addoption(
+        "--xla-hosts",
+        type=int,
+        default=None,
+        metavar="H",
+        help=f"emulated hosts the processes are spread over, each with its own working "
+        f"directory (env {HOSTS_ENV}, ini xla_hosts; default 1)",
+    )
+    group.addoption(
+        "--xla-topology",
+        default=None,
+        metavar="NAME",
+        help=f"a named slice instead of the counts: {', '.join(PRESETS)} (env {TOPOLOGY_ENV}, "
+        "ini xla_topology; `xlasim topologies` describes them)",
+    )
     parser.addini("xla_devices", "number of emulated XLA cores", default=None)
+    parser.addini("xla_processes", "worker processes holding the emulated cores", default=None)
+    parser.addini("xla_hosts", "emulated hosts the processes are spread over", default=None)
+    parser.addini("xla_topology", "a named slice (xlasim topologies)", default=None)
     parser.addini("xla_backend", "auto, emulated or native", default=None)
     parser.addini("xla_timeout", "seconds a per-rank test may take", default=None)
 
 
-def _pick(config: pytest.Config, option: str, env: str, ini: str) -> str | None:
+#: Where a value came from, most specific first.
+COMMAND_LINE, ENVIRONMENT, INI, UNSET = 3, 2, 1, 0
+
+
+def _source(config: pytest.Config, option: str, env: str, ini: str) -> tuple[str | None, int]:
     value = getattr(config.known_args_namespace, option, None)
     if value is not None:
-        return str(value)
+        return str(value), COMMAND_LINE
     if os.environ.get(env):
-        return os.environ[env]
-    return config.getini(ini) or None
+        return os.environ[env], ENVIRONMENT
+    value = config.getini(ini) or None
+    return (str(value), INI) if value is not None else (None, UNSET)
+
+
+def _pick(config: pytest.Config, option: str, env: str, ini: str) -> str | None:
+    return _source(config, option, env, ini)[0]
+
+
+_FLAGS = {
+    "xla_devices": "--xla-devices",
+    "xla_processes": "--xla-processes",
+    "xla_hosts": "--xla-hosts",
+}
+
+
+def _whole(raw: str | None, option: str) -> int | None:
+    if raw is None:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise pytest.UsageError(f"xlasim: {_FLAGS[option]}={raw!r} is not a whole number") from None
+    if value < 1:
+        raise pytest.UsageError(f"xlasim: {_FLAGS[option]} must be at least 1, got {value}")
+    return value
+
+
+def _slice(config: pytest.Config) -> tuple[int | None, int | None, int | None, str | None, bool]:
+    """devices, processes, hosts, preset name, and whether the command line shaped the slice."""
+    counted = {
+        option: _source(config, option, env, option)
+        for option, env in (
+            ("xla_devices", DEVICES_ENV),
+            ("xla_processes", PROCESSES_ENV),
+            ("xla_hosts", HOSTS_ENV),
+        )
+    }
+    counts = {option: _whole(raw, option) for option, (raw, _) in counted.items()}
+    name, name_level = _source(config, "xla_topology", TOPOLOGY_ENV, "xla_topology")
+    on_command_line = name_level == COMMAND_LINE or any(
+        level == COMMAND_LINE for option, (_, level) in counted.items() if option != "xla_devices"
+    )
+    counts_level = max(level for _, level in counted.values())
+    if name is None or counts_level > name_level:
+        if name is not None and name_level == ENVIRONMENT:
+            os.environ.pop(TOPOLOGY_ENV)  # the core must not pick it up behind our back
+        return (*counts.values(), None, on_command_line)
+    try:
+        chosen = preset(name)
+    except XlasimError as error:
+        raise pytest.UsageError(f"xlasim: --xla-topology: {error}") from None
+    named = {
+        "xla_devices": chosen.devices,
+        "xla_processes": chosen.processes,
+        "xla_hosts": chosen.hosts,
+    }
+    for option, (_, level) in counted.items():
+        if level == name_level and counts[option] != named[option]:
+            raise pytest.UsageError(
+                f"xlasim: topology {name!r} is {chosen.describe()}, but {_FLAGS[option]} (or its "
+                f"environment/ini equivalent, at the same level) asks for {counts[option]}: give "
+                "either the preset or the counts"
+            )
+    return chosen.devices, chosen.processes, chosen.hosts, name, on_command_line
 
 
 def resolve(config: pytest.Config) -> Settings:
     """Read the settings (once per config) and check them, naming where a bad value came from."""
     if settings_key in config.stash:
         return config.stash[settings_key]
-    devices = _pick(config, "xla_devices", DEVICES_ENV, "xla_devices")
+    count, processes, hosts, name, on_command_line = _slice(config)
     backend = _pick(config, "xla_backend", BACKEND_ENV, "xla_backend") or "auto"
     timeout = _pick(config, "xla_timeout", TEST_TIMEOUT_ENV, "xla_timeout")
     try:
-        count = None if devices is None else int(devices)
         seconds = DEFAULT_TIMEOUT_S if timeout is None else float(timeout)
     except ValueError as error:
-        raise pytest.UsageError(f"xlasim: {error} (from --xla-devices/--xla-timeout)") from None
-    if count is not None and count < 1:
-        raise pytest.UsageError(f"xlasim: --xla-devices must be at least 1, got {count}")
+        raise pytest.UsageError(f"xlasim: {error} (from --xla-timeout)") from None
+    if name is None:
+        try:
+            Topology(count or DEFAULT_DEVICES, processes or 1, hosts or 1)
+        except XlasimError as error:
+            raise pytest.UsageError(
+                f"xlasim: {error} (--xla-devices/--xla-processes/--xla-hosts)"
+            ) from None
     if backend not in BACKENDS:
         raise pytest.UsageError(f"xlasim: backend {backend!r} is not one of {', '.join(BACKENDS)}")
     if seconds <= 0:
         raise pytest.UsageError(f"xlasim: --xla-timeout must be positive, got {seconds:g}")
-    config.stash[settings_key] = Settings(count, backend, seconds)
+    config.stash[settings_key] = Settings(
+        count, backend, seconds, processes, hosts, name, on_command_line
+    )
     return config.stash[settings_key]

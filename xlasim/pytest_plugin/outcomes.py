@@ -30,6 +30,8 @@ class RankOutcome:
     traceback: str = ""
     #: False when `error` was sent from a worker process: its frames stayed there.
     local_frames: bool = True
+    #: pytest's rendering of `error`, made where its frames were (ranks in other processes).
+    repr: Any = None
     stdout: str = ""
     stderr: str = ""
     released: bool = False

@@ -13,9 +13,11 @@ from typing import Any
 
 import pytest
 
+from ..errors import XlasimError
 from .activation import executor, run_ranks
 from .fixtures import RankPlaceholder, XlaRank
 from .outcomes import outcomes_key, settle
+from .remote import NotPicklableError
 from .timeouts import timeout_for
 
 _SIZE_PARAM = "_xla_world_size"
@@ -97,6 +99,31 @@ def call_test(fn: Callable[..., Any], kwargs: dict[str, Any]) -> None:
     fn(**kwargs)
 
 
+def _what_did_not_pickle(
+    item: pytest.Function, kwargs: dict[str, Any], error: NotPicklableError
+) -> str:
+    """Name the fixture (or the test itself) that cannot be sent to ranks in other processes."""
+    import pickle
+
+    where = str(error).partition(", so ")[0]
+    for name, value in kwargs.items():
+        try:
+            pickle.dumps(value)
+        except Exception as cause:
+            return (
+                f"fixture {name!r} ({type(value).__name__}) cannot be sent to the ranks: {where}, "
+                "so a @pytest.mark.xla test's fixture values are resolved here and pickled to "
+                "them, as xmp.spawn's arguments are on a TPU VM ("
+                f"{type(cause).__name__}: {cause}). Return picklable data from the fixture and "
+                "build the rest inside the test body."
+            )
+    return (
+        f"{item.name} cannot be sent to the ranks: {where}, so the test function (and its class "
+        f"instance, for a method) is pickled to them ({type(error.cause).__name__}: "
+        f"{error.cause}). Define it at module level."
+    )
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     if pyfuncitem.get_closest_marker("xla") is None:
@@ -110,14 +137,18 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
             pytrace=False,
         )
     kwargs = {arg: pyfuncitem.funcargs[arg] for arg in pyfuncitem._fixtureinfo.argnames}
-    outcomes = run_ranks(
-        pyfuncitem.config,
-        call_test,
-        (fn, kwargs),
-        {},
-        size=world_size(pyfuncitem),
-        timeout=timeout_for(pyfuncitem),
-    )
+    try:
+        outcomes = run_ranks(
+            pyfuncitem.config,
+            call_test,
+            (fn, kwargs),
+            {},
+            size=world_size(pyfuncitem),
+            timeout=timeout_for(pyfuncitem),
+            item=pyfuncitem,
+        )
+    except NotPicklableError as error:
+        raise XlasimError(_what_did_not_pickle(pyfuncitem, kwargs, error)) from None
     pyfuncitem.stash[outcomes_key] = outcomes
     settle(outcomes)
     return True

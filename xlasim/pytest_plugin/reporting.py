@@ -31,12 +31,10 @@ def _version(distribution: str) -> str:
 
 def pytest_report_header(config: pytest.Config) -> str:
     backend = config.stash[backend_key]
-    if backend == "emulated" and is_xdist_controller(config):
-        from ..topology import Topology  # workers emulate; the controller starts no world
-
-        topology = Topology(emulated_devices(resolve(config))).describe()
-        size = emulated_devices(resolve(config))
-        topology += " per xdist worker"
+    if backend == "emulated":
+        size, topology = emulated_devices(resolve(config)), resolve(config).describe_slice()
+        if is_xdist_controller(config):  # workers emulate; the controller starts no world
+            topology += " per xdist worker"
     else:
         size, topology = executor(config).size, executor(config).describe()
     return (
@@ -84,8 +82,11 @@ class RankFailuresRepr(TerminalRepr):
 
 
 def _rank_repr(item: pytest.Item, outcome: RankOutcome) -> TerminalRepr | str:
-    """pytest's own rendering of the rank's exception, or the text a worker process sent."""
+    """pytest's own rendering of the rank's exception (made here, or where the rank ran), or
+    the text a worker process sent."""
     error = outcome.error
+    if outcome.repr is not None:
+        return outcome.repr
     if error is None or not outcome.local_frames or error.__traceback__ is None:
         return outcome.traceback or f"{type(error).__name__}: {error}"
     return item.repr_failure(ExceptionInfo.from_exception(error))
