@@ -24,7 +24,7 @@ def test_demo_trains_on_8_cores_checkpoints_resumes_and_the_loss_falls(emulation
     )
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
-    assert "XLAStrategy on 8 cores" in out
+    assert "data-parallel training on 8 XLA core(s)" in out
     steps = [(int(s), int(total), float(loss)) for s, total, loss in STEP_LINE.findall(out)]
     # one line per step, printed by global rank 0 alone (8 ranks printing would repeat each)
     assert [s for s, _, _ in steps] == list(range(1, 33))
