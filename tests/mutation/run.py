@@ -13,7 +13,7 @@
    imported from, and two sanity mutants that break those imports must fail the suite with
    their own message.
 3. Baseline: the unmutated copy must pass (a red baseline would "catch" every mutant). Its
-   per-file durations order the test files fastest first for the mutants' runs.
+   per-test durations order the tests fastest first for the mutants' runs (the same tests).
 4. Each mutant (tests/mutation/mutants.py) is applied to a fresh copy of the snapshot and the
    suite, tests/properties then tests/strategy (whole directories), runs against it with
    `--xla-devices=8 -x -p no:cacheprovider` and the `xla-mutation` Hypothesis profile
@@ -35,7 +35,6 @@ import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ElementTree
-from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -152,15 +151,16 @@ def check_isolation(copy: Path) -> None:
 
 
 def fastest_first(junit: Path, copy: Path) -> list[str]:
-    """The baseline's test files ordered by their total duration, fastest first (so a mutant is
-    caught as early as possible); which files run stays the whole of SUITE."""
-    seconds: dict[str, float] = defaultdict(float)
+    """The baseline's tests as node ids, fastest first (setup included), so that a mutant is
+    caught as early as possible; which tests run stays the whole of SUITE."""
+    seconds: dict[str, float] = {}
     for case in ElementTree.parse(junit).iter("testcase"):
         parts = case.get("classname", "").split(".")
         for end in range(len(parts), 0, -1):
-            candidate = "/".join(parts[:end]) + ".py"
-            if (copy / candidate).is_file():
-                seconds[candidate] += float(case.get("time", 0))
+            module = "/".join(parts[:end]) + ".py"
+            if (copy / module).is_file():
+                node = "::".join([module, *parts[end:], case.get("name", "")])
+                seconds[node] = seconds.get(node, 0.0) + float(case.get("time", 0))
                 break
     return sorted(seconds, key=seconds.get)
 
@@ -215,7 +215,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"baseline fails without any mutant: {baseline.first_failure()}")
             return 2
         targets = fastest_first(junit, base)
-        report("baseline", baseline, "(no mutant)", f"passed; {len(targets)} test files")
+        report(
+            "baseline",
+            baseline,
+            "(no mutant)",
+            f"passed: {len(targets)} tests, ordered fastest first",
+        )
 
         for m in SANITY:
             outcome = run_suite(fresh_copy(base, work, m), targets)
