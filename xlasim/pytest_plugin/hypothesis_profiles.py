@@ -11,7 +11,9 @@ renamed into place, and directories are made with `exist_ok`; concurrent writers
 the same example twice under the same name. An in-memory database would be safe too, but would
 forget failures between runs, which is the point of having one.
 
-`--hypothesis-profile=NAME`, or a profile a conftest.py loaded, takes precedence.
+`--hypothesis-profile=NAME`, or a profile a conftest.py loaded, takes precedence. Hypothesis'
+own automatic choices (`default`, and `ci` when it detects a CI machine) do not: the xla profile
+is loaded on top of them, keeping what `ci` sets (derandomized examples, printed blobs).
 """
 
 from __future__ import annotations
@@ -21,15 +23,17 @@ import pytest
 from .activation import backend_key
 
 PROFILES = {"emulated": "xla-emulated", "native": "xla-tpu"}
+#: Profiles Hypothesis loads by itself; anything else was the user's choice.
+AUTOMATIC = ("default", "ci")
 
 
-def register(config: pytest.Config) -> None:
+def register(config: pytest.Config, parent=None) -> None:
     from hypothesis import settings
     from hypothesis.database import DirectoryBasedExampleDatabase
 
     database = DirectoryBasedExampleDatabase(config.rootpath / ".hypothesis" / "examples")
-    settings.register_profile("xla-emulated", deadline=None, database=database)
-    settings.register_profile("xla-tpu", deadline=None, database=database, max_examples=25)
+    settings.register_profile("xla-emulated", parent, deadline=None, database=database)
+    settings.register_profile("xla-tpu", parent, deadline=None, database=database, max_examples=25)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -38,9 +42,11 @@ def pytest_configure(config: pytest.Config) -> None:
         from hypothesis import settings
     except ImportError:
         return
-    register(config)
+    current = settings.get_current_profile_name()
+    automatic = current in AUTOMATIC
+    register(config, settings.get_profile(current) if automatic else None)
     chosen = getattr(config.option, "hypothesis_profile", None)
-    if chosen is None and settings.get_current_profile_name() == "default":
+    if chosen is None and automatic:
         settings.load_profile(PROFILES[config.stash[backend_key]])
 
 
