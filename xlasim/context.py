@@ -2,7 +2,10 @@
 
 Every emulated rank is a thread; this thread-local record is how patched torch_xla functions
 know whose call they are serving. Threads that are not ranks (the main thread, data-loader
-threads) have no context.
+threads) have no context, with one exception: autograd runs the backward pass of XLA tensors on
+its own per-device threads, created by C++ (Python sees them as dummy threads), and a collective
+in a backward pass (torch_xla.core.functions, SyncBatchNorm) must still act for its rank. Such a
+thread acts for the rank whose device is its default device.
 """
 
 from __future__ import annotations
@@ -69,9 +72,23 @@ class RankContext:
         return -(-self.local_device_count // self.run.topology.cores_per_process)
 
 
+_by_device: dict[str, RankContext] = {}
+_by_device_lock = threading.Lock()
+
+
 def current() -> RankContext | None:
     """The calling thread's rank context, or None outside a world."""
-    return getattr(_local, "context", None)
+    context = getattr(_local, "context", None)
+    if context is None and isinstance(threading.current_thread(), threading._DummyThread):
+        return _serving_device()
+    return context
+
+
+def _serving_device() -> RankContext | None:
+    import torch_xla
+
+    with _by_device_lock:
+        return _by_device.get(str(torch_xla._XLAC._xla_get_default_device()))
 
 
 def require(api: str) -> RankContext:
@@ -87,5 +104,11 @@ def require(api: str) -> RankContext:
 
 
 def bind(context: RankContext | None) -> None:
-    """Make the calling thread the given rank (or no rank)."""
+    """Make the calling thread the given rank (or no rank), and its device the rank's."""
+    previous = getattr(_local, "context", None)
     _local.context = context
+    with _by_device_lock:
+        if previous is not None:
+            _by_device.pop(previous.device, None)
+        if context is not None:
+            _by_device[context.device] = context

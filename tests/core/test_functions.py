@@ -47,3 +47,37 @@ def test_all_gather_gradient_is_this_ranks_slice(world):
     for rank, (gathered, grad) in enumerate(world.run(fn)):
         np.testing.assert_array_equal(gathered, np.arange(8, dtype=np.float32))
         np.testing.assert_array_equal(grad, [[rank + 1.0]])
+
+
+def test_collective_inside_backward_acts_for_its_rank(world):
+    """Autograd runs XLA backward passes on its own C++ threads: their collectives still work."""
+
+    def fn(rank):
+        x = leaf([1.0, float(rank)])
+        (xf.AllReduceSumLayer.apply(x) * (rank + 1)).sum().backward()
+        return x.grad.cpu().numpy()
+
+    expected = sum(r + 1 for r in range(4))  # the backward all_reduce sums every rank's gradient
+    for grad in world.run(fn, size=4):
+        np.testing.assert_array_equal(grad, [expected, expected])
+
+
+def test_sync_batch_norm_matches_batch_norm_on_the_global_batch(world):
+    generator = torch.Generator().manual_seed(3)
+    batches = torch.randn(4, 5, 3, generator=generator)
+
+    def fn(rank):
+        norm = xf.SyncBatchNorm(3).to(torch_xla.device())
+        x = batches[rank].to(torch_xla.device()).requires_grad_()
+        (norm(x) ** 3).sum().backward()
+        return norm(x).detach().cpu(), x.grad.cpu()
+
+    reference = torch.nn.BatchNorm1d(3)
+    x = batches.reshape(20, 3).requires_grad_()
+    out = reference(x)
+    (out**3).sum().backward()
+    for rank, (value, grad) in enumerate(world.run(fn, size=4)):
+        torch.testing.assert_close(
+            value, out.detach()[5 * rank : 5 * rank + 5], rtol=1e-4, atol=1e-4
+        )
+        torch.testing.assert_close(grad, x.grad[5 * rank : 5 * rank + 5], rtol=1e-3, atol=1e-3)
