@@ -70,7 +70,6 @@ class RankReporter(Protocol):
 class _RankState:
     status: str = RUNNING
     call: Call | None = None
-    since: float = 0.0
     satisfiable: Callable[[], bool] | None = None
 
 
@@ -266,7 +265,7 @@ class Run(RunObjects):
     # ----------------------------------------------------------------- waiting and reports
 
     def _wait_state(self, rank: int, call: Call, satisfiable: Callable[[], bool]) -> None:
-        self._states[rank] = _RankState(WAITING, call, time.monotonic(), satisfiable)
+        self._states[rank] = _RankState(WAITING, call, satisfiable)
 
     def _wait(self, rank: int, ready: Callable[[], bool], since: float) -> None:
         """Block (lock held) until `ready()`, an abort, or the collective timeout."""
