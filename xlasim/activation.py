@@ -82,7 +82,9 @@ def emulate(
             f"PJRT_DEVICE={platform} is set, but emulation runs on the XLA CPU device: unset it, "
             "or run natively (pytest --xla-backend=native) on a TPU VM"
         )
-    count = wanted.cores_per_process  # the devices this process holds (all, when threaded)
+    # This (launching) process sees its host's cores, as on a TPU VM before xmp.spawn; worker
+    # processes hold cores_per_process each. Threaded: every core.
+    count = wanted.cores_per_host
     if "torch_xla" not in sys.modules:
         _choose_devices(count)  # before torch_xla's import picks a platform by itself
     import torch_xla
