@@ -6,6 +6,7 @@ packages (and from torch) are skipped when naming the line that made a call.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import threading
@@ -20,6 +21,7 @@ _INTERNAL_DIRS = tuple(
 )
 
 
+@functools.lru_cache(maxsize=4096)
 def _is_internal(filename: str) -> bool:
     if filename.startswith("<"):
         return True
@@ -47,6 +49,7 @@ def call_location(frame: FrameType | None = None) -> str:
     return f"{_short(found.f_code.co_filename)}:{found.f_lineno} in {found.f_code.co_name}"
 
 
+@functools.lru_cache(maxsize=4096)
 def _short(filename: str) -> str:
     relative = os.path.relpath(filename)
     return filename if relative.startswith("..") else relative
