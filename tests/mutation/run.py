@@ -4,6 +4,7 @@
     python tests/mutation/run.py --rev HEAD     # against a commit instead
     python tests/mutation/run.py --only retie-skipped sampler-local-rank
     python tests/mutation/run.py --list
+    python tests/mutation/run.py --suite tests/properties   # what the property suite alone catches
 
 1. Snapshot: the tracked files (`git ls-files`) are copied from the working tree (or a commit,
    `--rev`) into a temporary directory, once. The working tree is never modified, and edits made
@@ -182,6 +183,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="+", metavar="NAME", help="run these mutants only")
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
     parser.add_argument("--keep", action="store_true", help="keep the temporary copies")
+    parser.add_argument(
+        "--suite",
+        nargs="+",
+        default=list(SUITE),
+        metavar="DIR",
+        help=f"test directories to run (default: {' '.join(SUITE)})",
+    )
     options = parser.parse_args(argv)
 
     if options.list:
@@ -199,7 +207,9 @@ def main(argv: list[str] | None = None) -> int:
         base = work / "base"
         snapshot(base, options.rev)
         source = f"commit {options.rev}" if options.rev else "the working tree"
-        print(f"mutation run: {len(chosen)} mutants against {source}; suite {' '.join(SUITE)}")
+        print(
+            f"mutation run: {len(chosen)} mutants against {source}; suite {' '.join(options.suite)}"
+        )
         for m in (*SANITY, *chosen):  # every mutant must still apply before anything runs
             try:
                 m.patched(base)
@@ -209,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         check_isolation(base)
 
         junit = work / "baseline.xml"
-        baseline = run_suite(base, list(SUITE), junit)
+        baseline = run_suite(base, list(options.suite), junit)
         if baseline.failed:
             print(baseline.output[-5000:])
             print(f"baseline fails without any mutant: {baseline.first_failure()}")
