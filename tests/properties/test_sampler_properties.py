@@ -125,7 +125,7 @@ def check_one_epoch(case: SamplerCase, shards: list[list[int]]) -> list[int]:
     return order
 
 
-@budget(40)
+@budget(100)
 @given(data=st.data())
 def test_shards_interleave_into_one_padded_permutation_per_epoch(xla_world, world_sizes, data):
     case = data.draw(sampler_cases(world_sizes), label="case")

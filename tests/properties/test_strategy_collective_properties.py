@@ -76,10 +76,15 @@ def picklable_objects() -> st.SearchStrategy:
 # ------------------------------------------------------------------------------ rank programs
 
 
-def reduce_on_rank(inputs, reduce_op, on_device) -> tuple[torch.Tensor, bool]:
+def reduce_on_rank(inputs, spellings, on_device) -> dict[str, tuple[torch.Tensor, bool]]:
+    """Every op on the same input, each by its drawn spelling: (result, kept the device)."""
     tensor = _mine(inputs, on_device)
-    reduced = launched().reduce(tensor, reduce_op=reduce_op)
-    return reduced.cpu(), reduced.device == tensor.device
+    strategy = launched()
+    results = {}
+    for meaning, reduce_op in spellings.items():
+        reduced = strategy.reduce(tensor, reduce_op=reduce_op)
+        results[meaning] = (reduced.cpu(), reduced.device == tensor.device)
+    return results
 
 
 def all_gather_on_rank(inputs, on_device) -> tuple[torch.Tensor, bool]:
@@ -98,42 +103,55 @@ def broadcast_tensor_on_rank(inputs, src, on_device) -> tuple[torch.Tensor, bool
 
 
 def broadcast_object_on_rank(objects, src):
-    return launched().broadcast(objects[xr.global_ordinal()], src=src)
+    """Broadcast this rank's drawn object, with a tensor of this rank's device inside: the
+    source's tensor must land on every receiver's own device."""
+    rank, device = xr.global_ordinal(), torch_xla.device()
+    mine = {"value": objects[rank], "tensor": torch.full((2,), float(rank), device=device)}
+    received = launched().broadcast(mine, src=src)
+    tensor = received["tensor"]
+    return received["value"], tensor.cpu().tolist(), tensor.device == device
 
 
 # ------------------------------------------------------------------------------ properties
 
 
-@budget(60)
+def spellings() -> st.SearchStrategy[dict[str, object]]:
+    """One spelling of every op."""
+    return st.fixed_dictionaries(
+        {meaning: st.sampled_from(names) for meaning, names in REDUCE_OP_SPELLINGS.items()}
+    )
+
+
+@budget(100)
 @given(data=st.data())
 def test_reduce_equals_numpy_on_the_input_device(xla_world, world_sizes, data):
     world_size, dtype, arrays = data.draw(per_rank_tensors(world_sizes))
-    meaning = data.draw(st.sampled_from(sorted(REDUCE_OP_SPELLINGS)), label="op")
-    reduce_op = data.draw(st.sampled_from(REDUCE_OP_SPELLINGS[meaning]), label="reduce_op")
+    ops = data.draw(spellings(), label="reduce_ops")
     on_device = data.draw(st.booleans(), label="on_device")
 
     results = xla_world.run_on(
-        world_size, reduce_on_rank, to_tensors(arrays, dtype), reduce_op, on_device
+        world_size, reduce_on_rank, to_tensors(arrays, dtype), ops, on_device
     )
 
-    assert all(same_device for _, same_device in results), "a result left the input's device"
-    reduced = [result for result, _ in results]
-    if meaning != "mean":
-        expected = reference.all_reduce(meaning, arrays, None)
-        assert_per_rank_equal(reduced, expected, dtype)
-        return
-    # a mean is a float even of integers, and is the sum divided by the world size
-    mean_dtype = dtype if dtype.is_floating_point else torch.float32
-    tolerance = 2**-7 if mean_dtype == torch.bfloat16 else 1e-6
-    expected = reference.reduce("sum", arrays) / world_size
-    for rank, result in enumerate(reduced):
-        assert result.dtype == mean_dtype
-        np.testing.assert_allclose(
-            as_numpy(result), expected, rtol=tolerance, atol=tolerance, err_msg=f"rank {rank}"
-        )
+    for meaning in ops:
+        reduced = [result[meaning][0] for result in results]
+        assert all(result[meaning][1] for result in results), f"{meaning}: left the device"
+        if meaning != "mean":
+            expected = reference.all_reduce(meaning, arrays, None)
+            assert_per_rank_equal(reduced, expected, dtype)
+            continue
+        # a mean is a float even of integers, and is the sum divided by the world size
+        mean_dtype = dtype if dtype.is_floating_point else torch.float32
+        tolerance = 2**-7 if mean_dtype == torch.bfloat16 else 1e-6
+        expected = reference.reduce("sum", arrays) / world_size
+        for rank, result in enumerate(reduced):
+            assert result.dtype == mean_dtype
+            np.testing.assert_allclose(
+                as_numpy(result), expected, rtol=tolerance, atol=tolerance, err_msg=f"rank {rank}"
+            )
 
 
-@budget(40)
+@budget(100)
 @given(data=st.data())
 def test_all_gather_stacks_every_rank_in_rank_order_on_the_input_device(
     xla_world, world_sizes, data
@@ -148,7 +166,7 @@ def test_all_gather_stacks_every_rank_in_rank_order_on_the_input_device(
     assert_per_rank_equal([gathered for gathered, _ in results], [stacked] * world_size, dtype)
 
 
-@budget(40)
+@budget(100)
 @given(data=st.data())
 def test_broadcast_tensor_gives_every_rank_the_sources_whatever_the_others_hold(
     xla_world, world_sizes, data
@@ -171,7 +189,7 @@ def test_broadcast_tensor_gives_every_rank_the_sources_whatever_the_others_hold(
     assert_per_rank_equal([r[0] for r in results], [arrays[src]] * world_size, dtype)
 
 
-@budget(40)
+@budget(100)
 @given(data=st.data())
 def test_broadcast_object_gives_every_rank_the_sources(xla_world, world_sizes, data):
     world_size = data.draw(st.sampled_from(world_sizes), label="world_size")
@@ -182,4 +200,7 @@ def test_broadcast_object_gives_every_rank_the_sources(xla_world, world_sizes, d
 
     results = xla_world.run_on(world_size, broadcast_object_on_rank, objects, src)
 
-    assert results == [objects[src]] * world_size
+    for rank, (value, tensor, on_own_device) in enumerate(results):
+        assert value == objects[src], f"rank {rank} received another rank's object"
+        assert tensor == [float(src)] * 2, f"rank {rank} received another rank's tensor"
+        assert on_own_device, f"rank {rank}: the received tensor is not on its own device"

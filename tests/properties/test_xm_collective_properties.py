@@ -89,7 +89,7 @@ def broadcast_on_rank(inputs, root, groups) -> torch.Tensor:
 # ------------------------------------------------------------------------------ against NumPy
 
 
-@budget(60)
+@budget(100)
 @given(data=st.data())
 def test_all_reduce_equals_numpy(xla_world, world_sizes, data):
     case = data.draw(collective_inputs(world_sizes), label="input")
@@ -110,7 +110,7 @@ def test_all_reduce_equals_numpy(xla_world, world_sizes, data):
     assert_per_rank_equal(results, expected, case.dtype)
 
 
-@budget(25)
+@budget(100)
 @given(data=st.data())
 def test_all_reduce_mean_is_sum_divided_by_world_size(xla_world, world_sizes, data):
     case = data.draw(collective_inputs(world_sizes, dtypes=FLOAT_DTYPES, scaled=False))
@@ -136,7 +136,7 @@ def test_all_reduce_mean_is_sum_divided_by_world_size(xla_world, world_sizes, da
         )
 
 
-@budget(40)
+@budget(100)
 @given(data=st.data())
 def test_all_gather_equals_numpy(xla_world, world_sizes, data):
     case = data.draw(collective_inputs(world_sizes, scaled=False))
@@ -156,7 +156,7 @@ def test_all_gather_equals_numpy(xla_world, world_sizes, data):
     assert_per_rank_equal(results, expected, case.dtype)
 
 
-@budget(40)
+@budget(100)
 @given(data=st.data())
 def test_reduce_scatter_equals_numpy(xla_world, world_sizes, data):
     case = data.draw(collective_inputs(world_sizes))
@@ -179,7 +179,7 @@ def test_reduce_scatter_equals_numpy(xla_world, world_sizes, data):
     assert_per_rank_equal(results, expected, case.dtype)
 
 
-@budget(25)
+@budget(100)
 @given(data=st.data())
 def test_all_to_all_equals_numpy_and_twice_with_dims_swapped_is_identity(
     xla_world, world_sizes, data
@@ -203,7 +203,7 @@ def test_all_to_all_equals_numpy_and_twice_with_dims_swapped_is_identity(
     assert_per_rank_equal([r[1] for r in results], case.arrays, case.dtype)
 
 
-@budget(25)
+@budget(100)
 @given(data=st.data())
 def test_collective_permute_equals_numpy(xla_world, world_sizes, data):
     case = data.draw(collective_inputs(world_sizes, grouped=False, scaled=False))
@@ -214,7 +214,7 @@ def test_collective_permute_equals_numpy(xla_world, world_sizes, data):
     assert_per_rank_equal(results, reference.collective_permute(case.arrays, pairs), case.dtype)
 
 
-@budget(25)
+@budget(100)
 @given(data=st.data())
 def test_collective_broadcast_from_any_root(xla_world, world_sizes, data):
     case = data.draw(collective_inputs(world_sizes, scaled=False))
@@ -232,7 +232,7 @@ def test_collective_broadcast_from_any_root(xla_world, world_sizes, data):
 # ------------------------------------------------------------------------------ algebra
 
 
-@budget(25)
+@budget(100)
 @given(data=st.data())
 def test_reduce_scatter_then_all_gather_equals_all_reduce(xla_world, world_sizes, data):
     case = data.draw(collective_inputs(world_sizes, reduce_type=xm.REDUCE_SUM, scaled=False))
@@ -251,7 +251,7 @@ def test_reduce_scatter_then_all_gather_equals_all_reduce(xla_world, world_sizes
         assert torch.equal(regathered, reduced), f"on rank {rank}"
 
 
-@budget(20)
+@budget(100)
 @given(data=st.data())
 def test_ring_permute_applied_world_size_times_is_identity(xla_world, world_sizes, data):
     case = data.draw(collective_inputs(world_sizes, grouped=False, scaled=False))
