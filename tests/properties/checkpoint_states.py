@@ -85,13 +85,15 @@ def tensor_specs(draw: st.DrawFn) -> TensorSpec:
 
 
 def python_values() -> st.SearchStrategy:
+    """Plain values a `weights_only` load accepts. Not `b""`: torch.save pickles it as a call
+    of the `bytes` global, which torch.load(weights_only=True) refuses (torch 2.9)."""
     return (
         st.none()
         | st.booleans()
         | st.integers()
         | st.floats(allow_nan=False)
         | st.text(max_size=10)
-        | st.binary(max_size=10)
+        | st.binary(min_size=1, max_size=10)
     )
 
 

@@ -59,7 +59,7 @@ def round_trip_on_rank(spec, path: str) -> dict:
     }
 
 
-@budget(25)
+@budget(50)
 @given(data=st.data())
 def test_save_then_load_gives_global_rank_zeros_state_written_once(xla_world, world_sizes, data):
     spec = data.draw(nested_states(), label="state")
@@ -148,7 +148,7 @@ def resume_on_rank(case: ResumeCase, directory: str) -> dict:
     }
 
 
-@budget(5)
+@budget(10)
 @given(data=st.data())
 def test_resumed_training_equals_uninterrupted_training(xla_world, world_sizes, data):
     case = ResumeCase(

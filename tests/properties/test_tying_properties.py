@@ -148,7 +148,7 @@ def tie_and_train_on_rank(spec: GraphSpec, seed: int, batches, steps: int, path:
     return facts
 
 
-@budget(15)
+@budget(25)
 @given(data=st.data())
 def test_tied_groups_stay_one_parameter_through_setup_training_and_checkpoints(
     xla_world, world_sizes, data
