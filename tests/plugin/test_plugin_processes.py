@@ -73,6 +73,7 @@ def test_multi_process_session(run_inner) -> None:
             "*_ test_world_run_failure _*",
             "[[]rank 5/8[]] AssertionError*",
             ">       assert xr.global_ordinal() != 5",
+            "E       assert 5 != 5",  # rewritten in the worker
             # XLA counters come back from the worker processes.
             "*_ test_recompiling_loop _*",
             "*@pytest.mark.xla_metrics: XLA performance bound exceeded: 3 graphs compiled, bound 1*",
@@ -86,6 +87,67 @@ def test_multi_process_session(run_inner) -> None:
         ]
     )
     assert "[rank 0/4] -" not in result.stdout.str()  # passing ranks get no failure section
+
+
+NESTED = """
+import pytest
+import torch_xla.runtime as xr
+from dataclasses import dataclass
+
+
+@dataclass
+class Box:
+    value: int
+
+
+@pytest.fixture
+def box():
+    return Box(3)
+
+
+@pytest.mark.xla
+def test_body_in_a_worker(xla_rank, box):
+    assert __name__ == "sub.deeper.test_nested"  # the parent's name for this module
+    assert box == Box(3) and xr.world_size() == 2  # this module's Box, unpickled in a worker
+
+
+def ordinal_times(box):
+    return box.value * xr.global_ordinal()
+
+
+def test_world_run(xla_world, box):
+    assert xla_world.run(ordinal_times, box) == [0, 3]
+
+
+@pytest.mark.xla
+def test_rewritten(xla_rank):
+    values = [1, xla_rank.rank]
+    assert values == [1, 3]
+"""
+
+
+def test_importlib_mode_and_nested_directories(run_inner, pytester) -> None:
+    """pytest's importlib mode names modules after their directories, which are no packages:
+    the workers import the file under that name, making up the parents as pytest does."""
+    pytester.makepyfile(**{"sub/deeper/test_nested": NESTED})
+    result = pytester.runpytest_subprocess(
+        "-rA",
+        "-p",
+        "no:cacheprovider",
+        "--import-mode=importlib",
+        "--xla-devices=2",
+        "--xla-processes=2",
+        timeout=300,
+    )
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "[[]rank 0/2[]] AssertionError: assert [[]1, 0[]] == [[]1, 3[]]*",
+            ">       assert values == [[]1, 3[]]",
+            "E       assert [[]1, 0[]] == [[]1, 3[]]",
+            "sub/deeper/test_nested.py:*: AssertionError",
+        ]
+    )
 
 
 class _Config:
