@@ -334,7 +334,7 @@ def recv(output: torch.Tensor, channel_id: int) -> torch.Tensor:
     call = _call("recv", channel_id=channel_id, tensors=_describe_tensors([output]))
     sent_by, value = ctx.run.receive(ctx.rank, ("xm", channel_id), call)
     check_received(value, output, sent_by, call)
-    _copy_into([output], to_device([value], output.device))
+    _copy_into([output], to_device([value.clone()], output.device))  # never alias the sender
     return output
 
 

@@ -2,7 +2,9 @@
 
 Module-level functions (bound with `functools.partial`) rather than closures, so that ranks in
 worker processes can send them to the rendezvous host by pickle. Each takes `payloads`: one list
-of tensors per participant, in participant order.
+of tensors per participant, in participant order. Payloads may be views of XLA device buffers;
+results are always new memory, since they are handed to the ranks' devices as views and must
+never alias a buffer XLA owns (XLA may reuse that memory once the buffer is donated).
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ def permute(pairs: tuple[tuple[int, int], ...], payloads: Payloads) -> list[torc
     """collective_permute: target receives its source's tensor; zeros where no pair targets."""
     received = [torch.zeros_like(p[0]) for p in payloads]
     for source, target in pairs:
-        received[target] = payloads[source][0]
+        received[target] = payloads[source][0].clone()
     return received
 
 
@@ -55,4 +57,4 @@ def from_root(root_index: int | None, payloads: Payloads) -> list[torch.Tensor]:
     """collective_broadcast: the root's tensors, or zeros in a group without the root."""
     if root_index is None:
         return [torch.zeros_like(t) for t in payloads[0]]
-    return payloads[root_index]
+    return [t.clone() for t in payloads[root_index]]

@@ -115,7 +115,7 @@ def _recv(self, out_tensors, src_rank, tag=0):
         sent_by, value = ctx.run.receive(ctx.rank, ("dist", source, ctx.rank, tag), call)
         check_received(value, output, sent_by, call)
         with torch.no_grad():
-            output.copy_(to_device([value], output.device)[0])
+            output.copy_(to_device([value.clone()], output.device)[0])  # never alias the sender
     return _ret_work(out_tensors)
 
 

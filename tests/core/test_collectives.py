@@ -347,3 +347,26 @@ def test_results_stay_independent_per_rank_after_in_place_updates(world):
     np.testing.assert_allclose(results[0], expected * 100 + 1, rtol=1e-6)
     for value in results[1:]:
         np.testing.assert_array_equal(value, expected)
+
+
+@pytest.mark.parametrize("size", [1, 2])
+def test_in_place_updates_after_broadcast_and_recv_keep_their_values(world, size):
+    """Results never alias an XLA-owned buffer: repeated in-place steps stay exact."""
+
+    def fn(rank):
+        value = on_device(rank_data(rank))
+        xm.collective_broadcast([value], root_ordinal=0)
+        for _ in range(3):
+            value.add_(1.0)
+            torch_xla.sync()
+        received = torch.zeros(3, 4, device=torch_xla.device())
+        xm.send(value, channel_id=rank)
+        xm.recv(received, channel_id=rank)
+        value.mul_(2.0)
+        received.add_(1.0)
+        torch_xla.sync()
+        return value.cpu().numpy(), received.cpu().numpy()
+
+    for value, received in world.run(fn, size=size):
+        np.testing.assert_allclose(value, (rank_data(0) + 3) * 2, rtol=1e-6)
+        np.testing.assert_allclose(received, rank_data(0) + 4, rtol=1e-6)
