@@ -131,8 +131,8 @@ MUTANTS = (
         "broadcast-ignores-root",
         "collective_broadcast ignores root_ordinal",
         "xlasim/combine.py",
-        "    return payloads[root_index]",
-        "    return payloads[0]",
+        "    return [t.clone() for t in payloads[root_index]]",
+        "    return [t.clone() for t in payloads[0]]",
     ),
     mutant(
         "replica-groups-ignored",
