@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 from _pytest.outcomes import Skipped, XFailed
 
+from xlasim.run import rank_span as span
+
 from ..errors import RankFailedError, XlasimError
 
 
@@ -112,20 +114,6 @@ def _inconsistency(outcomes: Sequence[RankOutcome]) -> str:
         "ranks disagree on the outcome of the test; skip or xfail on every rank (decide it from "
         "values every rank shares, or before the ranks start):\n" + lines
     )
-
-
-def span(ranks: Sequence[int]) -> str:
-    """`rank 3`, `ranks 0-5, 7`."""
-    spans: list[str] = []
-    start = previous = ranks[0]
-    for rank in [*ranks[1:], None]:
-        if rank is not None and rank == previous + 1:
-            previous = rank
-            continue
-        spans.append(str(start) if start == previous else f"{start}-{previous}")
-        if rank is not None:
-            start = previous = rank
-    return f"rank{'s' if len(ranks) > 1 else ''} {', '.join(spans)}"
 
 
 def replay_output(outcomes: Sequence[RankOutcome]) -> None:
