@@ -26,6 +26,7 @@ BYTES_PER_DEVICE = 48 * 2**20
 HARD_MAX_DEVICES = 1024
 
 _topology: Topology | None = None
+_process_host = 0
 _world: World | None = None
 
 
@@ -127,10 +128,17 @@ def _whole(value: int | None, env: str) -> int:
         raise DeviceCountError(f"{env}={raw!r} is not a whole number") from None
 
 
-def enter_worker(topology: Topology) -> None:
-    """Mark this process as a worker of a multi-process world (its ranks are its threads)."""
-    global _topology
+def enter_worker(topology: Topology, host: int) -> None:
+    """Mark this process as a worker of a multi-process world on emulated host `host` (its
+    ranks are its threads)."""
+    global _topology, _process_host
     _topology = topology
+    _process_host = host
+
+
+def process_host() -> int:
+    """The emulated host this process belongs to (the launching process is on host 0)."""
+    return _process_host
 
 
 def _choose_devices(count: int) -> None:

@@ -59,10 +59,10 @@ def _targets() -> list[tuple[Any, str, Any]]:
             "host_index",
             "local_process_count",
             "device_type",
-            "get_master_ip",
         )
     }
     targets = [(xr, name, fn) for name, fn in queries.runtime_queries(runtime_originals).items()]
+    targets += queries.identity_patches()
     targets.append(
         (xm, "get_xla_supported_devices", queries.supported_devices(xm.get_xla_supported_devices))
     )

@@ -174,7 +174,7 @@ def _worker_main(
     from . import activation, patches
     from .threads import RankThread
 
-    activation.enter_worker(topology)
+    activation.enter_worker(topology, topology.host_of(process * topology.cores_per_process))
     patches.install()
     manager = _Manager(address=address, authkey=authkey)
     manager.connect()

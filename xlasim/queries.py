@@ -1,16 +1,21 @@
-"""Runtime queries answered as on a TPU slice of the emulated topology.
+"""Runtime and hardware queries answered as on a TPU slice of the emulated topology.
 
-Inside a rank, the answers come from the rank's context (so a sub-world of 4 ranks reports a
-world size of 4, and ranks of a two-host slice see their own host's local ordinals). Outside any
-rank, everything falls through to torch_xla.
+Inside a rank, the rank's place in the world comes from its context (so a sub-world of 4 ranks
+reports a world size of 4, and ranks of a two-host slice see their own host's local ordinals);
+outside any rank those fall through to torch_xla. What the hardware is (device type, device
+kind, the TPU metadata, device attributes, memory) is the slice's identity everywhere in an
+emulating process, ranks or not, as on a TPU VM.
 """
 
 from __future__ import annotations
 
+import re
+import threading
 from collections.abc import Callable
 from typing import Any
 
 from . import context
+from .identity import Identity
 
 DEVICE_TYPE = "TPU"
 
@@ -42,7 +47,6 @@ def runtime_queries(originals: dict[str, Callable[..., Any]]) -> dict[str, Calla
     }
     replaced = {name: _in_rank(answer, originals[name]) for name, answer in answers.items()}
     replaced["device_type"] = lambda: DEVICE_TYPE
-    replaced["get_master_ip"] = lambda: "127.0.0.1"
     return replaced
 
 
@@ -57,3 +61,98 @@ def supported_devices(original: Callable[..., list[str]]) -> Callable[..., list[
         return devices[:max_devices] if max_devices else devices
 
     return get_xla_supported_devices
+
+
+# ------------------------------------------------------------------------------ identity
+
+
+def _identity() -> Identity:
+    from . import activation
+
+    return Identity.of(activation.topology())
+
+
+def _host() -> int:
+    """The emulated host this code runs on: the rank's, else this process's."""
+    from . import activation
+
+    ctx = context.current()
+    return ctx.host_index if ctx is not None else activation.process_host()
+
+
+def _ordinal(device: Any) -> int:
+    match = re.fullmatch(r"xla:(\d+)", str(device))
+    if match is None:
+        raise RuntimeError(f"Invalid device format: {device}")
+    return int(match.group(1))
+
+
+def identity_patches() -> list[tuple[Any, str, Any]]:
+    """(owner, attribute, replacement) triples that make torch_xla see the slice's TPUs.
+
+    `torch_xla._internal.tpu` reads everything from three sources: the `tpu-env` metadata, the
+    worker list and the chips on the PCI bus; answering those three makes `version()`,
+    `worker_id()`, `num_tpu_workers()`, `num_local_processes()`... follow. Real device names
+    become `TPU:i`, except where torch_xla matches them against the CPU client's own device list
+    (`xla_replication_devices`), which keeps seeing the names the client knows.
+    """
+    import torch_xla
+    import torch_xla.core.xla_model as xm
+    import torch_xla.runtime as xr
+    from torch_xla._internal import tpu
+
+    native_names = threading.local()
+    real_device = xm._xla_real_device
+    replication_devices = xm.xla_replication_devices
+
+    def _xla_real_device(device: Any) -> str:
+        name = real_device(device)
+        if getattr(native_names, "on", False):
+            return name
+        return f"{DEVICE_TYPE}:{name.split(':', 1)[1]}"
+
+    def xla_replication_devices(local_devices: Any = None) -> list[str]:
+        native_names.on = True
+        try:
+            return replication_devices(local_devices)
+        finally:
+            native_names.on = False
+
+    def real_devices() -> list[str]:
+        return xm.xla_real_devices()
+
+    def xla_device_kind(device: Any = None) -> str:
+        return _identity().generation.device_kind
+
+    def get_tpu_env() -> dict[str, str]:
+        return _identity().tpu_env(_host())
+
+    def get_worker_ips() -> list[str]:
+        hostnames = _identity().worker_hostnames()
+        return hostnames if len(hostnames) > 1 else ["localhost"]
+
+    def num_available_chips() -> int:
+        return _identity().chips_per_host
+
+    def get_memory_info(device: Any = None) -> dict[str, int]:
+        return _identity().memory_info(bytes_used=0)
+
+    def global_runtime_device_attributes() -> list[dict[str, object]]:
+        identity = _identity()
+        return [identity.device_attributes(i) for i in range(identity.topology.devices)]
+
+    def runtime_device_attributes(device: str) -> dict[str, object]:
+        return _identity().device_attributes(_ordinal(device))
+
+    return [
+        (xm, "_xla_real_device", _xla_real_device),
+        (xm, "xla_replication_devices", xla_replication_devices),
+        (xm, "xla_device_kind", xla_device_kind),
+        (xm, "get_memory_info", get_memory_info),
+        (torch_xla, "real_devices", real_devices),
+        (tpu, "get_tpu_env", get_tpu_env),
+        (tpu, "get_worker_ips", get_worker_ips),
+        (tpu, "num_available_chips", num_available_chips),
+        (xr, "global_runtime_device_attributes", global_runtime_device_attributes),
+        (xr, "runtime_device_attributes", runtime_device_attributes),
+    ]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -114,6 +114,8 @@ class Run(RunObjects):
         self._slots: dict[tuple[tuple[int, ...], int], _Slot] = {}
         self._sequence: list[dict[tuple[int, ...], int]] = [{} for _ in range(size)]
         self._mailboxes: dict[Any, deque[tuple[Call, Any]]] = {}
+        #: Collectives completed in this run, by op (each counted once, not once per rank).
+        self.completed: Counter[str] = Counter()
         super().__init__()
 
     def store(self):
@@ -202,6 +204,7 @@ class Run(RunObjects):
             if completing:
                 self._check_signatures(slot)
                 slot.complete = True
+                self.completed[call.op] += 1
             else:
                 self._wait_state(rank, call, lambda: slot.complete)
                 self._check_progress()
@@ -249,6 +252,7 @@ class Run(RunObjects):
         with self.cond:
             self._raise_if_aborted()
             self._mailboxes.setdefault(channel, deque()).append((call, payload))
+            self.completed[call.op] += 1
             self.cond.notify_all()
 
     def receive(self, rank: int, channel: Any, call: Call) -> tuple[Call, Any]:

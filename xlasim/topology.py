@@ -13,16 +13,27 @@ from dataclasses import dataclass
 
 from .errors import DeviceCountError
 
+#: The TPU generation a slice claims to be unless told otherwise (see `identity.py`).
+DEFAULT_GENERATION = "v5e"
+
 
 @dataclass(frozen=True)
 class Topology:
-    """A slice of `devices` cores in `processes` processes on `hosts` hosts."""
+    """A slice of `devices` cores in `processes` processes on `hosts` hosts, of a TPU
+    `generation` (what the slice answers to hardware queries, see `identity.py`)."""
 
     devices: int
     processes: int = 1
     hosts: int = 1
+    generation: str = DEFAULT_GENERATION
 
     def __post_init__(self) -> None:
+        from .identity import GENERATIONS
+
+        if self.generation not in GENERATIONS:
+            raise DeviceCountError(
+                f"unknown TPU generation {self.generation!r}; known: {', '.join(GENERATIONS)}"
+            )
         if self.devices < 1 or self.processes < 1 or self.hosts < 1:
             raise DeviceCountError(f"a slice needs at least one of each, got {self.describe()}")
         if self.devices % self.processes:
@@ -81,12 +92,12 @@ class Topology:
 #: Common slices, by the names Cloud TPU uses. Cores are TensorCores as torch_xla counts devices.
 PRESETS: dict[str, tuple[Topology, str]] = {
     "cpu-8": (Topology(8), "torch_xla's CPU runtime: one process, a thread per device"),
-    "v2-8": (Topology(8, processes=4), "TPU v2 host: 4 processes x 2 cores"),
-    "v3-8": (Topology(8, processes=4), "TPU v3 host: 4 processes x 2 cores"),
-    "v4-8": (Topology(4, processes=4), "TPU v4 host: 4 chips, one process per chip"),
-    "v4-16": (Topology(8, processes=8, hosts=2), "two v4 hosts: 8 chips, one process per chip"),
-    "v5e-8": (Topology(8, processes=8), "TPU v5e host: 8 chips, one process per chip"),
-    "v3-32": (Topology(32, processes=16, hosts=4), "four v3 hosts: 4 processes x 2 cores each"),
+    "v2-8": (Topology(8, 4, generation="v2"), "TPU v2 host: 4 processes x 2 cores"),
+    "v3-8": (Topology(8, 4, generation="v3"), "TPU v3 host: 4 processes x 2 cores"),
+    "v4-8": (Topology(4, 4, generation="v4"), "TPU v4 host: 4 chips, one process per chip"),
+    "v4-16": (Topology(8, 8, 2, "v4"), "two v4 hosts: 8 chips, one process per chip"),
+    "v5e-8": (Topology(8, 8, generation="v5e"), "TPU v5e host: 8 chips, one process per chip"),
+    "v3-32": (Topology(32, 16, 4, "v3"), "four v3 hosts: 4 processes x 2 cores each"),
 }
 
 

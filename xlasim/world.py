@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -43,6 +44,10 @@ class World:
         )
         self._ranks = ThreadRanks(topology) if topology.threaded else _process_ranks(topology)
         self._lock = threading.Lock()
+        #: Launches run on this world, and the collectives they completed, by op: how a caller
+        #: tells a script that really exercised the slice from one that skipped its checks.
+        self.launches = 0
+        self.collectives: Counter[str] = Counter()
 
     @property
     def size(self) -> int:
@@ -80,7 +85,11 @@ class World:
         with self._lock:
             run = Run(self.topology, size, self.collective_timeout, reporter=self._ranks)
             self._ranks.dispatch(run, jobs)
-            self._supervise(run, timeout)
+            try:
+                self._supervise(run, timeout)
+            finally:
+                self.launches += 1
+                self.collectives.update(run.completed)
             return self._outcome(run)
 
     def _supervise(self, run: Run, timeout: float | None) -> None:

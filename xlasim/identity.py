@@ -1,0 +1,136 @@
+"""What the emulated slice says it is: the TPU VM that torch_xla's own queries describe.
+
+torch_xla code branches on the hardware it runs on (`xm.xla_device_hw`, `xr.device_type`,
+`torch_xla._internal.tpu`), and TPU-gated tests skip silently on anything else. One identity,
+derived from the topology, answers all of those queries the way the matching Cloud TPU VM does,
+without a network call: the accelerator type, the chips and cores of each host, the host bounds,
+the worker id and hostnames, each device's coordinates and memory. The values underneath (the XLA
+CPU devices and their computations) do not change; only the answers to "what is this?" do.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .topology import Topology
+
+GiB = 2**30
+
+
+@dataclass(frozen=True)
+class Generation:
+    """A TPU generation's facts as torch_xla and Cloud TPU report them."""
+
+    version: int
+    cores_per_chip: int
+    #: `xm.xla_device_kind()` on that generation.
+    device_kind: str
+    #: High-bandwidth memory of one XLA device (a TensorCore, or a megacore chip).
+    memory_per_core: int
+    #: Cloud TPU's accelerator-type prefix, and what its suffix counts per chip (TensorCores:
+    #: 2 on v2-v4 and v5p, whose megacore chips still count two; chips: 1 on v5e and v6e).
+    type_prefix: str
+    named_per_chip: int
+
+
+GENERATIONS: dict[str, Generation] = {
+    "v2": Generation(2, 2, "TPU v2", 8 * GiB, "v2", named_per_chip=2),
+    "v3": Generation(3, 2, "TPU v3", 16 * GiB, "v3", named_per_chip=2),
+    "v4": Generation(4, 1, "TPU v4", 32 * GiB, "v4", named_per_chip=2),
+    "v5e": Generation(5, 1, "TPU v5 lite", 16 * GiB, "v5litepod", named_per_chip=1),
+    "v5p": Generation(5, 1, "TPU v5", 95 * GiB, "v5p", named_per_chip=2),
+    "v6e": Generation(6, 1, "TPU v6 lite", 32 * GiB, "v6e", named_per_chip=1),
+}
+
+#: Host bounds Cloud TPU gives v2/v3 pod slices (torch_xla's `_ACCELERATOR_TYPE_TO_HOST_BOUNDS`).
+_V2_V3_HOST_BOUNDS = {1: (1, 1, 1), 4: (2, 2, 1), 8: (2, 4, 1), 16: (4, 4, 1), 32: (4, 8, 1)}
+
+
+def _near_square(count: int) -> tuple[int, int, int]:
+    """`count` laid out as an x-by-y grid, x <= y, as TPU slices of 2D generations are."""
+    x = max(d for d in range(1, math.isqrt(count) + 1) if count % d == 0)
+    return (x, count // x, 1)
+
+
+@dataclass(frozen=True)
+class Identity:
+    """The TPU VM (or pod slice) an emulated topology stands for."""
+
+    topology: Topology
+    generation: Generation
+
+    @classmethod
+    def of(cls, topology: Topology) -> Identity:
+        return cls(topology, GENERATIONS[topology.generation])
+
+    # ------------------------------------------------------------------ the slice
+
+    @property
+    def chips(self) -> int:
+        return max(1, self.topology.devices // self.generation.cores_per_chip)
+
+    @property
+    def chips_per_host(self) -> int:
+        return max(1, self.chips // self.topology.hosts)
+
+    @property
+    def accelerator_type(self) -> str:
+        """`v4-8`, `v5litepod-8`, ...: what `TPU_ACCELERATOR_TYPE` says on that slice."""
+        generation = self.generation
+        return f"{generation.type_prefix}-{self.chips * generation.named_per_chip}"
+
+    @property
+    def chips_per_host_bounds(self) -> tuple[int, int, int]:
+        return _near_square(self.chips_per_host)
+
+    @property
+    def host_bounds(self) -> tuple[int, int, int]:
+        hosts = self.topology.hosts
+        if self.generation.version <= 3 and hosts in _V2_V3_HOST_BOUNDS:
+            return _V2_V3_HOST_BOUNDS[hosts]
+        if self.generation.type_prefix in ("v4", "v5p"):
+            return (1, 1, hosts)  # 3D tori stack hosts along z
+        return _near_square(hosts)
+
+    def worker_hostnames(self) -> list[str]:
+        """One loopback address per emulated host: distinct, and reachable from every host."""
+        return [f"127.0.0.{host + 1}" for host in range(self.topology.hosts)]
+
+    def tpu_env(self, host: int) -> dict[str, str]:
+        """The `tpu-env` metadata of a host, keyed as `torch_xla._internal.tpu` reads it."""
+        return {
+            "ACCELERATOR_TYPE": self.accelerator_type,
+            "TPU_PROCESS_BOUNDS": _bounds(self.host_bounds),
+            "TPU_CHIPS_PER_PROCESS_BOUNDS": _bounds(self.chips_per_host_bounds),
+            "WORKER_ID": str(host),
+        }
+
+    # ------------------------------------------------------------------ devices
+
+    def device_name(self, ordinal: int) -> str:
+        return f"TPU:{ordinal}"
+
+    def device_attributes(self, ordinal: int) -> dict[str, object]:
+        """`xr.runtime_device_attributes` of global device `ordinal`: its chip's coordinates in
+        the slice (hosts tiled by the host bounds, x fastest) and its core on the chip."""
+        chip, core = divmod(ordinal, self.generation.cores_per_chip)
+        host, local_chip = divmod(chip, self.chips_per_host)
+        cx, cy, cz = self.chips_per_host_bounds
+        hx, hy, _ = self.host_bounds
+        local = (local_chip % cx, (local_chip // cx) % cy, local_chip // (cx * cy))
+        origin = (host % hx, (host // hx) % hy, host // (hx * hy))
+        coords = [o * c + lc for o, c, lc in zip(origin, (cx, cy, cz), local)]
+        return {"coords": coords, "core_on_chip": core, "name": self.device_name(ordinal)}
+
+    def memory_info(self, bytes_used: int) -> dict[str, int]:
+        """`xm.get_memory_info`: the generation's HBM per device as the limit."""
+        return {
+            "bytes_used": bytes_used,
+            "bytes_limit": self.generation.memory_per_core,
+            "peak_bytes_used": bytes_used,
+        }
+
+
+def _bounds(shape: tuple[int, int, int]) -> str:
+    return ",".join(map(str, shape))
