@@ -3,12 +3,16 @@
 `xlasim run [--devices N] [--processes P] [--hosts H | --topology NAME] script.py [args...]` runs
 an unmodified torch_xla script emulated: the script runs as `__main__` in this process after
 emulation is set up, so its `xmp.spawn` / `torch_xla.launch` calls land on the emulated world.
-`xlasim topologies` lists the named slices.
+With `XLASIM_RUN_REPORT=PATH` set, it writes at exit what the run did (launches, collectives by
+op, exit status) as JSON: a script that exits 0 without launching anything is told apart from one
+that passed. `xlasim conformance PATH/TO/xla/test` runs torch_xla's own multi-device tests
+emulated and prints a table (see xlasim/conformance). `xlasim topologies` lists the named slices.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import runpy
 import sys
@@ -49,6 +53,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("target", help="the script (or module, with -m) to run")
     run.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
     commands.add_parser("topologies", help="list the named slices --topology accepts")
+    from .conformance import add_arguments
+
+    add_arguments(commands.add_parser("conformance", help="run torch_xla's own tests emulated"))
     return parser
 
 
@@ -78,18 +85,54 @@ def run_target(options: argparse.Namespace) -> None:
         runpy.run_path(target, run_name="__main__")
 
 
+REPORT_ENV = "XLASIM_RUN_REPORT"
+
+
+def write_run_report(path: str, status: int) -> None:
+    """What the run did, for callers that must tell "passed" from "tested nothing" (the
+    conformance runner): a script can exit 0 after skipping all of its checks."""
+    from . import activation
+
+    world = activation._world  # not world(): a script that never launched must not start one
+    report = {
+        "status": status,
+        "launches": world.launches if world is not None else 0,
+        "collectives": dict(world.collectives) if world is not None else {},
+    }
+    with open(path, "w") as out:
+        json.dump(report, out)
+
+
+def _exit_status(code: object) -> int:
+    """The process exit status `SystemExit(code)` produces."""
+    if code is None:
+        return 0
+    return code if isinstance(code, int) else 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     options = _parser().parse_args(argv)
     if options.command == "topologies":
         print(list_topologies())
         return 0
+    if options.command == "conformance":
+        from .conformance import run_conformance
+
+        return run_conformance(options)
     if options.timeout is not None:
         os.environ["XLASIM_TIMEOUT"] = str(options.timeout)
     if options.devices is None and not options.topology:
         options.devices = int(os.environ.get("XLASIM_DEVICES", 8))
+    status = 1  # an exception that escapes is exit status 1
     try:
         run_target(options)
+        status = 0
     except XlasimError as error:
         print(f"xlasim: {type(error).__name__}: {error}", file=sys.stderr)
-        return 1
-    return 0
+    except SystemExit as exit:
+        status = _exit_status(exit.code)
+        raise
+    finally:
+        if os.environ.get(REPORT_ENV):
+            write_run_report(os.environ[REPORT_ENV], status)
+    return status

@@ -1,0 +1,86 @@
+"""The conformance runner: torch_xla's own multi-device tests, unmodified, on emulated cores.
+
+    python -m xlasim conformance PATH/TO/xla/test [--devices 8] [--timeout S] [-k SUBSTRING]
+                                                  [--json FILE] [--suite mp|spmd|all] [--logs DIR]
+
+Each test file runs in its own subprocess (`discovery` decides how: as a script under
+`xlasim run`, under pytest, or both), bounded by a timeout (`execution`); `classify` turns what
+came back into rows, never counting a script that tested nothing as a pass, and `table` prints
+them. The exit status is non-zero when any row failed, crashed, timed out or silently skipped,
+so the command can gate CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+from .classify import Row, classify
+from .discovery import SUITES, discover
+from .execution import execute
+from .table import failing, format_table, write_json
+
+DEFAULT_TIMEOUT_S = 600.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The `conformance` subcommand's options (the parser is built by `xlasim.cli`)."""
+    parser.add_argument("test_dir", type=Path, help="the test/ directory of a pytorch/xla checkout")
+    parser.add_argument(
+        "--devices", type=int, metavar="N", default=8, help="emulated cores (default 8)"
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        metavar="SECONDS",
+        default=DEFAULT_TIMEOUT_S,
+        help=f"seconds each file may run before it is killed (default {DEFAULT_TIMEOUT_S:g})",
+    )
+    parser.add_argument(
+        "-k",
+        dest="select",
+        metavar="SUBSTRING",
+        default=None,
+        help="only files whose path contains SUBSTRING",
+    )
+    parser.add_argument(
+        "--json", type=Path, metavar="FILE", default=None, help="also write the rows to FILE"
+    )
+    parser.add_argument(
+        "--suite", choices=sorted(SUITES), default="mp", help="which files (default mp)"
+    )
+    parser.add_argument(
+        "--logs",
+        type=Path,
+        metavar="DIR",
+        default=None,
+        help="keep each run's output under DIR (default: none)",
+    )
+
+
+def run_conformance(options: argparse.Namespace) -> int:
+    """Run the selected files, print the table; 1 if any row must fail a CI gate, else 0."""
+    root = options.test_dir.resolve()
+    jobs = discover(root, options.suite, options.select)
+    if not jobs:
+        print(f"xlasim conformance: no {options.suite} test files under {root}", file=sys.stderr)
+        return 2
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory(prefix="xlasim-conformance-") as scratch:
+        logs = options.logs.resolve() if options.logs else Path(scratch)
+        for number, job in enumerate(jobs, 1):
+            print(f"[{number}/{len(jobs)}] {job.label} ...", file=sys.stderr, flush=True)
+            outcome = execute(job, options.devices, options.timeout, logs / job.slug)
+            found = classify(job, outcome)
+            for row in found:
+                print(f"    {row.result}: {row.id}  {row.reason}", file=sys.stderr, flush=True)
+            rows.extend(found)
+    print(format_table(rows))
+    if options.json:
+        write_json(options.json, rows)
+    return 1 if failing(rows) else 0
+
+
+__all__ = ["Row", "add_arguments", "run_conformance"]

@@ -1,0 +1,281 @@
+"""Turning what a job left behind into rows: one per file in script mode, one per test in pytest
+mode, each non-pass with a reason.
+
+A pass has to be earned. torch_xla's multi-device tests gate on the hardware and exit 0 having
+checked nothing when the device is not a TPU, so in the `mp` suite a script passes only if its
+run report shows launched ranks and completed collectives, and a pytest test only if its own
+counts do (see pytest_probe); torch_xla's "not a TPU device" messages are a second net.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import xml.etree.ElementTree as ET
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from .discovery import SCRIPT, Job
+from .execution import Outcome
+from .expectations import HARDWARE_GATES, KNOWN_BUGS, NEEDS_TPU, NO_COLLECTIVES
+from .pytest_probe import COLLECTIVES, LAUNCHES
+
+PASSED = "passed"
+FAILED = "failed"
+TIMED_OUT = "timed out"
+CRASHED = "crashed"
+SILENT_SKIP = "silent skip"
+SKIPPED = "skipped"
+NEEDS_PACKAGE = "needs package"
+NEEDS_TPU_HARDWARE = "needs TPU"
+KNOWN_BUG = "known bug"
+#: Results that fail the run (and a CI job gated on it).
+GATING = frozenset({FAILED, TIMED_OUT, CRASHED, SILENT_SKIP})
+
+#: Modules a test may need that are part of the stack under test: missing, they are a broken
+#: install, not an optional package.
+_STACK = frozenset({"torch", "torch_xla", "xlasim"})
+
+
+@dataclass(frozen=True)
+class Row:
+    id: str
+    mode: str
+    result: str
+    seconds: float
+    reason: str
+
+
+def classify(job: Job, outcome: Outcome) -> list[Row]:
+    if outcome.timed_out:
+        last = _last_line(outcome.output)
+        return [
+            _row(
+                job,
+                TIMED_OUT,
+                outcome.seconds,
+                f"killed after {outcome.timeout:g} s" + (f"; last output: {last}" if last else ""),
+            )
+        ]
+    if job.mode == SCRIPT:
+        return [_script_row(job, outcome)]
+    return _pytest_rows(job, outcome)
+
+
+def _row(job: Job, result: str, seconds: float, reason: str, id: str | None = None) -> Row:
+    return Row(id or job.rel, job.mode, result, round(seconds, 1), reason)
+
+
+def _script_row(job: Job, outcome: Outcome) -> Row:
+    status, text = outcome.status, outcome.output
+    crash = crash_reason(status, text)
+    if crash:
+        return _row(job, CRASHED, outcome.seconds, crash + _unittest_summary(text))
+    if status != 0:
+        error = first_error_line(text) or f"exit status {status}"
+        result, reason = failure(job, job.rel, text, error)
+        return _row(job, result, outcome.seconds, reason)
+    summary = _unittest_summary(text)
+    result, reason = _exit_zero(job, job.rel, text, outcome.report, summary, "exited 0")
+    return _row(job, result, outcome.seconds, reason)
+
+
+def _exit_zero(
+    job: Job, id: str, text: str, report: dict | None, summary: str, verb: str
+) -> tuple[str, str]:
+    """A run that exited 0 (or a test that passed, `verb` says which): a pass only if it did
+    what its suite asks. `summary` (unittest's counts, or empty) ends every reason."""
+    gate = HARDWARE_GATES.search(text)
+    if gate:
+        return SILENT_SKIP, f"{verb} after printing {_line_of(text, gate.start())!r}{summary}"
+    if not job.needs_collectives:
+        return PASSED, summary.lstrip("; ")
+    if report is None:
+        return SILENT_SKIP, f"{verb} without xlasim's counts of launches (left through os._exit?)"
+    launches, collectives = report["launches"], Counter(report["collectives"])
+    if launches <= 0:
+        return SILENT_SKIP, f"ran no checks: {verb} without launching ranks{summary}"
+    done = _describe(launches, collectives)
+    if not collectives:
+        if id in NO_COLLECTIVES:
+            return PASSED, f"{done} (expected: {NO_COLLECTIVES[id]}){summary}"
+        return SILENT_SKIP, f"ran no checks: {done}{summary}"
+    return PASSED, done + summary
+
+
+def _describe(launches: int, collectives: Counter[str]) -> str:
+    ops = ", ".join(f"{op} {n}" for op, n in collectives.most_common())
+    total = sum(collectives.values())
+    return f"{launches} launch{'es' if launches != 1 else ''}, {total} collectives" + (
+        f" ({ops})" if ops else ""
+    )
+
+
+def failure(job: Job, id: str, text: str, error: str) -> tuple[str, str]:
+    """Why a run or test failed: a missing optional package, TPU-only code, a documented
+    upstream bug whose signature is in the output, or else `error` (its first error line)."""
+    package = missing_package(text, job.root)
+    if package:
+        return NEEDS_PACKAGE, f"needs {package} (No module named {package!r})"
+    for pattern, why in NEEDS_TPU:
+        if pattern.search(text):
+            return NEEDS_TPU_HARDWARE, why
+    for key in (id, job.rel):
+        bug = KNOWN_BUGS.get(key)
+        if bug and re.search(bug.signature, text):
+            return KNOWN_BUG, f"{bug.reason} ({bug.link})"
+    return FAILED, error
+
+
+def missing_package(text: str, root: Path) -> str | None:
+    """The top-level package a ModuleNotFoundError names, unless it is part of the stack under
+    test or one of the test tree's own modules (then the test's path is wrong, a real failure)."""
+    for name in re.findall(r"ModuleNotFoundError: No module named '([\w.]+)'", text):
+        top = name.split(".")[0]
+        if top in _STACK or (root / f"{top}.py").exists() or (root / top).is_dir():
+            continue
+        return top
+    return None
+
+
+def crash_reason(status: int | None, text: str) -> str | None:
+    """Why the process died rather than exited: a signal, or a fatal error XLA or Python
+    reported (`F` log lines, "Check failed", "Fatal Python error")."""
+    fatal = _FATAL_LOG.search(text) or re.search(r"^(Fatal Python error: .*)$", text, re.M)
+    if status is not None and status < 0:
+        try:
+            name = signal.Signals(-status).name
+        except ValueError:
+            name = f"signal {-status}"
+        return f"killed by {name}" + (f": {fatal.group(1).strip()}" if fatal else "")
+    return fatal.group(1).strip() if fatal else None
+
+
+def first_error_line(text: str) -> str | None:
+    """The line that best says what went wrong: xlasim's own report, else the first failing
+    unittest and its exception, else the first traceback's exception, else an absl/glog error."""
+    lines = text.splitlines()
+    for line in lines:
+        if line.startswith("xlasim: "):
+            return line[len("xlasim: ") :]
+    test = next((m.group(1) for m in map(_UNITTEST_FAILURE.match, lines) if m), None)
+    exception = _first_exception(lines)
+    if exception:
+        return f"{test}: {exception}" if test else exception
+    return next((m.group(1) for m in map(_error_log, lines) if m), None)
+
+
+_UNITTEST_FAILURE = re.compile(r"^(?:FAIL|ERROR): (\S+)")
+
+
+def _log_line(level: str) -> re.Pattern[str]:
+    """absl/glog lines of one level, in both prefixes seen: `E1123 18:19:00.5 123 file.cc:10] msg`
+    (absl) and `2026-11-23 18:19:00.5: E external/xla/file.cc:10] msg` (XLA's tsl logging)."""
+    return re.compile(
+        rf"^(?:{level}\d{{4}} [\d:.]+\s+\d+ |\d{{4}}-\d\d-\d\d [\d:.]+: {level} )\S+\] (.*)$", re.M
+    )
+
+
+_FATAL_LOG = _log_line("F")
+_ERROR_LOGS = (_log_line("E"), re.compile(r"^ERROR:[\w.]+:(.*)$"))  # and Python logging's
+
+
+def _error_log(line: str) -> re.Match[str] | None:
+    return next((m for m in (p.match(line) for p in _ERROR_LOGS) if m), None)
+
+
+def _first_exception(lines: list[str]) -> str | None:
+    for i, line in enumerate(lines):
+        if line.startswith("Traceback (most recent call last):"):
+            for after in lines[i + 1 :]:
+                if after and not after[0].isspace():
+                    return after.strip()
+    return None
+
+
+def _unittest_summary(text: str) -> str:
+    """unittest's verdict ("ran 4 tests: FAILED (failures=3)"), as a suffix for a reason (empty
+    when the output has none)."""
+    found = re.findall(r"^Ran (\d+) tests? in .*\n\s*\n((?:OK|FAILED).*)$", text, re.M)
+    if not found:
+        return ""
+    ran, verdict = found[-1]
+    return f"; ran {ran} tests: {verdict.strip()}"
+
+
+def _last_line(text: str) -> str:
+    return next((line.strip() for line in reversed(text.splitlines()) if line.strip()), "")
+
+
+def _line_of(text: str, offset: int) -> str:
+    start = text.rfind("\n", 0, offset) + 1
+    end = text.find("\n", offset)
+    return text[start : end if end >= 0 else len(text)].strip()
+
+
+def _pytest_rows(job: Job, outcome: Outcome) -> list[Row]:
+    status, text = outcome.status, outcome.output
+    crash = crash_reason(status, text)
+    cases = _junit_cases(outcome.junit) if outcome.junit else []
+    if crash and not cases:
+        if outcome.started:  # junit died with the process; name the test that was running
+            running = outcome.started[-1]
+            crash = f"in {running} (test {len(outcome.started)}; no results for any test): {crash}"
+        return [_row(job, CRASHED, outcome.seconds, crash)]
+    if not cases:
+        if status == 5:
+            return [_row(job, SILENT_SKIP, outcome.seconds, "pytest collected no tests")]
+        error = first_error_line(text) or f"pytest exit status {status}"
+        result, reason = failure(job, job.rel, text, error)
+        return [_row(job, result, outcome.seconds, reason)]
+    rows = [_case_row(job, case) for case in cases]
+    if status not in (0, 1):  # interrupted, internal or usage error: not every test ran
+        error = f"pytest exit status {status}: {first_error_line(text) or _last_line(text)}"
+        rows.append(_row(job, FAILED, outcome.seconds, error))
+    return rows
+
+
+def _junit_cases(path: Path) -> list[ET.Element]:
+    try:
+        return list(ET.parse(path).getroot().iter("testcase"))
+    except ET.ParseError:
+        return []
+
+
+def _case_row(job: Job, case: ET.Element) -> Row:
+    id = _test_id(job, case)
+    seconds = float(case.get("time", 0))
+    output = "\n".join(case.findtext(tag) or "" for tag in ("system-out", "system-err"))
+    problem = case.find("failure")
+    if problem is None:
+        problem = case.find("error")
+    if problem is not None:
+        message = problem.get("message", "").strip()
+        text = f"{message}\n{problem.text or ''}\n{output}"
+        error = message.splitlines()[0] if message else first_error_line(text) or "failed"
+        result, reason = failure(job, id, text, error)
+        return _row(job, result, seconds, reason, id)
+    skipped = case.find("skipped")
+    if skipped is not None:
+        return _row(job, SKIPPED, seconds, skipped.get("message", "").strip(), id)
+    properties = {p.get("name"): p.get("value") for p in case.iter("property")}
+    report = (
+        {
+            "launches": int(properties[LAUNCHES]),
+            "collectives": json.loads(properties.get(COLLECTIVES) or "{}"),
+        }
+        if LAUNCHES in properties
+        else None
+    )
+    result, reason = _exit_zero(job, id, output, report, "", "passed")
+    return _row(job, result, seconds, reason, id)
+
+
+def _test_id(job: Job, case: ET.Element) -> str:
+    """`file::Class::test` from junit's dotted classname (rootdir-relative module path)."""
+    module = job.rel[: -len(".py")].replace("/", ".")
+    classname = case.get("classname", "")
+    inner = classname[len(module) + 1 :] if classname.startswith(module + ".") else ""
+    return "::".join(filter(None, [job.rel, *inner.split("."), case.get("name", "")]))

@@ -1,0 +1,155 @@
+"""Which of torch_xla's test files to run, and how each one runs.
+
+A file runs the way upstream runs it, as a script (`python3 test/FILE.py` in its run_tests.sh),
+here under `xlasim run`: that covers files whose `__main__` block launches ranks
+(`torch_xla.launch`, `xmp.spawn`) and files whose `__main__` is `absltest.main()` /
+`unittest.main()`. A file that also holds TestCase classes or module-level `test_*` functions
+runs under pytest as well, which reports each test on its own. The file is read with `ast`,
+never imported: importing torch_xla's tests would start an XLA runtime in the runner.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .expectations import SCRIPT_ARGS
+
+SCRIPT = "script"
+PYTEST = "pytest"
+
+
+@dataclass(frozen=True)
+class Suite:
+    """A set of files, and what a passing file must have done.
+
+    `needs_collectives`: replica-style multi-device tests prove something only if ranks were
+    launched and exchanged data, so a run without launches or collectives is a silent skip. SPMD
+    tests run in one process with in-graph collectives; for them, running tests is the bar.
+    """
+
+    patterns: tuple[str, ...]
+    needs_collectives: bool
+
+
+SUITES: dict[str, tuple[Suite, ...]] = {
+    "mp": (
+        Suite(
+            (
+                "test_mp_*.py",
+                "test_train_mp_*.py",
+                "torch_distributed/*.py",
+                "pjrt/test_collective_ops_tpu.py",
+            ),
+            needs_collectives=True,
+        ),
+    ),
+    "spmd": (Suite(("spmd/test_*.py",), needs_collectives=False),),
+}
+SUITES["all"] = SUITES["mp"] + SUITES["spmd"]
+
+
+@dataclass(frozen=True)
+class Job:
+    """One file in one mode."""
+
+    root: Path
+    path: Path
+    mode: str
+    needs_collectives: bool
+    args: tuple[str, ...] = field(default=())
+
+    @property
+    def rel(self) -> str:
+        return self.path.relative_to(self.root).as_posix()
+
+    @property
+    def label(self) -> str:
+        return f"{self.rel} [{self.mode}]"
+
+    @property
+    def slug(self) -> str:
+        """A directory name for this job's files."""
+        return f"{self.rel.replace('/', '__')}.{self.mode}"
+
+
+def discover(root: Path, suite: str, select: str | None = None) -> list[Job]:
+    """The jobs for `suite` under `root` (torch_xla's test/ directory), in path order; with
+    `select`, only files whose path relative to `root` contains it."""
+    jobs = []
+    for part in SUITES[suite]:
+        files = sorted({p for pattern in part.patterns for p in root.glob(pattern) if p.is_file()})
+        for path in files:
+            rel = path.relative_to(root).as_posix()
+            if select and select not in rel:
+                continue
+            for mode in modes(path.read_text(encoding="utf-8", errors="replace")):
+                args = SCRIPT_ARGS.get(rel, ()) if mode == SCRIPT else ()
+                jobs.append(Job(root, path, mode, part.needs_collectives, args))
+    return jobs
+
+
+def modes(source: str) -> list[str]:
+    """How a file with this source runs: script, pytest, or both (script first).
+
+    A file with neither a `__main__` block nor tests still runs as a script, so that it shows
+    up in the table (as having checked nothing) instead of silently dropping out.
+    """
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return [SCRIPT]  # the run reports the error
+    found = [SCRIPT] if _has_main(tree) or not _has_tests(tree) else []
+    if _has_tests(tree):
+        found.append(PYTEST)
+    return found
+
+
+def _has_main(tree: ast.Module) -> bool:
+    return any(isinstance(node, ast.If) and _is_main_test(node.test) for node in tree.body)
+
+
+def _is_main_test(test: ast.expr) -> bool:
+    if not (isinstance(test, ast.Compare) and len(test.comparators) == 1):
+        return False
+    sides = {_constant_or_name(test.left), _constant_or_name(test.comparators[0])}
+    return sides == {"__name__", "'__main__'"}
+
+
+def _constant_or_name(node: ast.expr) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return repr(node.value)
+    return None
+
+
+def _has_tests(tree: ast.Module) -> bool:
+    """TestCase subclasses with test methods, or module-level `test_*` functions.
+
+    Plain `class Test...:` helpers are not counted although pytest would collect them: torch_xla
+    uses them as code its ranks call (torch_distributed/test_torch_distributed_fsdp_meta.py), and
+    on pytest's main thread they would run on one device, outside any launch.
+    """
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name.startswith("test"):
+            return True
+        if (
+            isinstance(node, ast.ClassDef)
+            and any(_base_name(base).endswith("TestCase") for base in node.bases)
+            and any(
+                isinstance(item, ast.FunctionDef) and item.name.startswith("test")
+                for item in node.body
+            )
+        ):
+            return True
+    return False
+
+
+def _base_name(base: ast.expr) -> str:
+    if isinstance(base, ast.Name):
+        return base.id
+    if isinstance(base, ast.Attribute):
+        return base.attr
+    return ""

@@ -1,0 +1,150 @@
+"""Running one job in its own subprocess, bounded by a timeout.
+
+A fresh process per file because the device count is fixed once torch_xla's runtime starts,
+and because a test that hangs or crashes must take nothing else down. The child leads its own
+process group, so a timeout (or a file that leaves children behind) is cleaned up by killing
+that group: the runner never hangs on a child, nor leaves one running. The group is killed
+while its leader is still unreaped (a zombie at worst), so its id cannot have been reused by
+someone else's process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .discovery import PYTEST, Job
+from .pytest_probe import PROGRESS_ENV
+
+#: Variables of the caller that would pick another platform or slice than the one asked for.
+_FOREIGN_ENV = (
+    "PJRT_DEVICE",
+    "CPU_NUM_DEVICES",
+    "XLASIM_DEVICES",
+    "XLASIM_PROCESSES",
+    "XLASIM_HOSTS",
+    "XLASIM_TOPOLOGY",
+    "XLASIM_BACKEND",
+    "XLASIM_RUN_REPORT",
+)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What came back from one job: exit status (None when killed at the timeout), the combined
+    output, the script's run report (script mode), and in pytest mode the junit file and the
+    ids of the tests that started (the last one was running if the process died)."""
+
+    status: int | None
+    seconds: float
+    timeout: float
+    output: str
+    report: dict | None
+    junit: Path | None
+    started: list[str]
+    log: Path
+
+    @property
+    def timed_out(self) -> bool:
+        return self.status is None
+
+
+def execute(job: Job, devices: int, timeout: float, workdir: Path) -> Outcome:
+    """Run `job` on `devices` emulated cores with `workdir` as its working directory (where
+    anything the test writes to its current directory lands, with its output and reports)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    log, report, junit = workdir / "output.log", workdir / "run-report.json", workdir / "junit.xml"
+    progress = workdir / "started.txt"
+    for stale in (report, junit, progress):
+        stale.unlink(missing_ok=True)
+    started = time.monotonic()
+    with open(log, "wb") as out:
+        child = subprocess.Popen(
+            command(job, devices, junit),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=workdir,
+            env=environment(job, report, progress),
+            start_new_session=True,
+        )
+        exited = _wait_unreaped(child, timeout)
+        with contextlib.suppress(ProcessLookupError):  # the whole group is gone
+            os.killpg(child.pid, signal.SIGKILL)
+        status = child.wait() if exited else None
+    return Outcome(
+        status=status,
+        seconds=time.monotonic() - started,
+        timeout=timeout,
+        output=log.read_text(encoding="utf-8", errors="replace"),
+        report=json.loads(report.read_text()) if report.exists() else None,
+        junit=junit if junit.exists() else None,
+        started=progress.read_text().splitlines() if progress.exists() else [],
+        log=log,
+    )
+
+
+def command(job: Job, devices: int, junit: Path) -> list[str]:
+    if job.mode == PYTEST:
+        return [
+            sys.executable,
+            "-m",
+            "pytest",
+            f"--xla-devices={devices}",
+            str(job.path),
+            f"--rootdir={job.root}",
+            # importlib: prepend mode would put the checkout's root on sys.path, and its
+            # torch_xla/ source folder would shadow the installed torch_xla.
+            "--import-mode=importlib",
+            f"--junitxml={junit}",
+            "-o",
+            "junit_logging=all",
+            "-o",
+            "junit_family=xunit1",
+            # sys, not fd: XLA's own log lines (the reason for an abort) reach the output.
+            "--capture=sys",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "xlasim.conformance.pytest_probe",
+        ]
+    return [
+        sys.executable,
+        "-m",
+        "xlasim",
+        "run",
+        "--devices",
+        str(devices),
+        str(job.path),
+        *job.args,
+    ]
+
+
+def environment(job: Job, report: Path, progress: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in _FOREIGN_ENV}
+    env.update(PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1", PYTHONFAULTHANDLER="1")
+    if job.mode == PYTEST:
+        # Run as scripts, torch_xla's tests find their helpers (args_parse, distributed_util)
+        # through sys.argv[0]; under pytest that is pytest's path, so put test/ on the path.
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(job.root), env.get("PYTHONPATH")]))
+        env[PROGRESS_ENV] = str(progress)
+    else:
+        env["XLASIM_RUN_REPORT"] = str(report)
+    return env
+
+
+def _wait_unreaped(child: subprocess.Popen, timeout: float) -> bool:
+    """Whether `child` exited within `timeout` seconds; it is left unreaped (WNOWAIT)."""
+    deadline = time.monotonic() + timeout
+    while os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+    return True

@@ -1,0 +1,47 @@
+"""A pytest plugin the conformance runner loads (`-p xlasim.conformance.pytest_probe`) next to
+xlasim's own, for what junit cannot tell it.
+
+- Each test's launches and collectives on the emulated world during its call, as junit
+  properties: a torch_xla test whose ranks returned early on non-TPU hardware passes under
+  pytest, and these counts show that it tested nothing.
+- With `XLASIM_CONFORMANCE_PROGRESS=PATH`, each test's id as it starts, flushed at once: junit is
+  written at the end of the session, so when XLA aborts the process this names the test that
+  was running.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+
+import pytest
+
+import xlasim
+
+LAUNCHES = "xlasim_launches"
+COLLECTIVES = "xlasim_collectives"
+PROGRESS_ENV = "XLASIM_CONFORMANCE_PROGRESS"
+
+
+def _counts() -> tuple[int, Counter[str]]:
+    if not xlasim.is_emulated():
+        return 0, Counter()
+    world = xlasim.world()
+    return world.launches, Counter(world.collectives)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    launches, collectives = _counts()
+    yield
+    launches_after, collectives_after = _counts()
+    item.user_properties.append((LAUNCHES, launches_after - launches))
+    item.user_properties.append((COLLECTIVES, json.dumps(collectives_after - collectives)))
+
+
+def pytest_runtest_logstart(nodeid: str) -> None:
+    path = os.environ.get(PROGRESS_ENV)
+    if path:
+        with open(path, "a") as progress:
+            progress.write(nodeid + "\n")
