@@ -7,6 +7,7 @@ says how to fix it rather than a world of the wrong size.
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 
@@ -161,8 +162,21 @@ def topology() -> Topology:
 
 
 def world() -> World:
-    """The warm world of emulated ranks, started on first use."""
+    """The warm world of emulated ranks, started on first use (and closed at exit)."""
     global _world
     if _world is None or _world.topology != topology():
+        if _world is None:
+            atexit.register(close_world)
         _world = World(topology())
     return _world
+
+
+def close_world() -> list[int]:
+    """Stop the world's ranks before the interpreter finalizes: a rank thread still inside
+    XLA's native code at that point would abort the process. Returns the ranks that could not
+    be stopped."""
+    global _world
+    if _world is None:
+        return []
+    stuck, _world = _world.close(), None
+    return stuck

@@ -13,9 +13,10 @@ from typing import Any
 
 import torch
 import torch_xla
+import torch_xla.utils.utils as xu
 
 from . import combine as combining
-from . import context
+from . import compiled, context
 from .callsite import call_location
 from .reduction import check_reduce_type
 from .run import Call
@@ -73,8 +74,12 @@ def _index_in(rank: int, members: tuple[int, ...]) -> int:
 
 
 def _copy_into(targets: Sequence[torch.Tensor], values: Sequence[torch.Tensor]) -> None:
+    """Write results into caller-given tensors; as torch_xla's `_out` ops do, an output whose
+    shape differs from the result (a full-size buffer for a shard) takes the result's shape."""
     with torch.no_grad():
         for target, value in zip(targets, values):
+            if target.shape != value.shape:
+                target.resize_(value.shape)
             target.copy_(value)
 
 
@@ -119,8 +124,15 @@ def all_reduce(
     groups: Groups = None,
     pin_layout: bool = True,
 ):
-    """xm.all_reduce: one tensor returns a new tensor; a list is reduced in place and returned."""
+    """xm.all_reduce: one tensor returns a new tensor; a list is reduced in place and returned.
+
+    As in torch_xla, a world of one skips the reduction (and `scale`): a tensor comes back as a
+    clone, a list unchanged, unless `XLA_ALWAYS_ALLREDUCE` is set."""
+    if torch.compiler.is_compiling():  # dynamo traces this: see compiled.py
+        return compiled.all_reduce(reduce_type, inputs, scale, groups)
     ctx = context.require("xm.all_reduce")
+    if ctx.world_size == 1 and not xu.getenv_as("XLA_ALWAYS_ALLREDUCE", bool, False):
+        return inputs.clone() if isinstance(inputs, torch.Tensor) else inputs
     tensors, single = _as_list(inputs, "inputs")
     for tensor in tensors:
         check_reduce_type(reduce_type, tensor.dtype)
@@ -155,6 +167,8 @@ def all_gather(
     use_global_device_ids=None,
 ):
     """xm.all_gather: concatenate every group member's tensor along `dim`, in group order."""
+    if torch.compiler.is_compiling():  # dynamo traces this: see compiled.py
+        return compiled.all_gather(value, dim, groups, output)
     ctx = context.require("xm.all_gather")
     tensors, single = _as_list(value, "value")
     if not single and pin_layout:
@@ -189,6 +203,10 @@ def reduce_scatter(
     use_global_device_ids=None,
 ):
     """xm.reduce_scatter: reduce over the group, then each member keeps its shard of `scatter_dim`."""
+    if torch.compiler.is_compiling():  # dynamo traces this: see compiled.py
+        return compiled.reduce_scatter(
+            reduce_type, input, scale, scatter_dim, shard_count, groups, output
+        )
     ctx = context.require("xm.reduce_scatter")
     tensors, single = _as_list(input, "input")
     members = group_of(ctx.rank, ctx.world_size, groups, equal_sizes=True)
@@ -233,6 +251,8 @@ def all_to_all(
     pin_layout: bool = True,
 ) -> torch.Tensor:
     """xm.all_to_all: split along one dim, send piece j to member j, concat what arrives."""
+    if torch.compiler.is_compiling():  # dynamo traces this: see compiled.py
+        return compiled.all_to_all(value, split_dimension, concat_dimension, split_count, groups)
     ctx = context.require("xm.all_to_all")
     members = group_of(ctx.rank, ctx.world_size, groups, equal_sizes=True)
     if split_count != len(members):
@@ -279,6 +299,8 @@ def _check_pairs(pairs: Sequence[Sequence[int]], size: int) -> tuple[tuple[int, 
 
 def collective_permute(value: torch.Tensor, pairs: list[list[int]]) -> torch.Tensor:
     """xm.collective_permute: every rank takes part; a rank no pair targets receives zeros."""
+    if torch.compiler.is_compiling():  # dynamo traces this: see compiled.py
+        return compiled.collective_permute(value, pairs)
     ctx = context.require("xm.collective_permute")
     normalized = _check_pairs(pairs, ctx.world_size)
     members = tuple(range(ctx.world_size))
@@ -297,6 +319,8 @@ def collective_broadcast(
 ) -> None:
     """xm.collective_broadcast: in place, every tensor takes the root's value (zeros in groups
     without the root, as torch_xla's mask-and-sum implementation gives)."""
+    if torch.compiler.is_compiling():  # dynamo traces this: see compiled.py
+        return compiled.collective_broadcast(tensors, root_ordinal, groups)
     ctx = context.require("xm.collective_broadcast")
     tensors, _ = _as_list(tensors, "tensors")
     if not 0 <= root_ordinal < ctx.world_size:
@@ -322,6 +346,8 @@ def collective_broadcast(
 
 def send(value: torch.Tensor, channel_id: int) -> torch.Tensor:
     """xm.send: post the value on a channel; returns the input, as torch_xla does."""
+    if torch.compiler.is_compiling():  # dynamo traces this: see compiled.py
+        return compiled.send(value, channel_id)
     ctx = context.require("xm.send")
     call = _call("send", channel_id=channel_id, tensors=_describe_tensors([value]))
     ctx.run.send(ctx.rank, ("xm", channel_id), call, to_host([value])[0])
@@ -330,6 +356,8 @@ def send(value: torch.Tensor, channel_id: int) -> torch.Tensor:
 
 def recv(output: torch.Tensor, channel_id: int) -> torch.Tensor:
     """xm.recv: take the oldest value posted on a channel into `output`."""
+    if torch.compiler.is_compiling():  # dynamo traces this: see compiled.py
+        return compiled.recv(output, channel_id)
     ctx = context.require("xm.recv")
     call = _call("recv", channel_id=channel_id, tensors=_describe_tensors([output]))
     sent_by, value = ctx.run.receive(ctx.rank, ("xm", channel_id), call)
@@ -356,15 +384,16 @@ def check_received(
 def xla_rendezvous(
     payload: bytes = b"", ordinals: list[int] | None = None, tag: str | None = None
 ) -> list[bytes]:
-    """xm.xla_rendezvous: every participant's payload, in ordinal order."""
+    """xm.xla_rendezvous: every rank's payload, in ordinal order. As in torch_xla 2.9, only a
+    rendezvous of the whole world is supported (`ordinals`, if given, must name every rank)."""
+    if torch.compiler.is_compiling():  # dynamo traces this: see compiled.py
+        return compiled.xla_rendezvous(payload, ordinals, tag)
     ctx = context.require("xm.rendezvous")
+    if ordinals and len(ordinals) != ctx.world_size:
+        raise ValueError("Only global rendezvous is supported")
     if not isinstance(payload, bytes):
         raise TypeError(f"`payload` must be bytes, not {type(payload)}")
-    members = tuple(sorted(ordinals)) if ordinals else tuple(range(ctx.world_size))
-    if ctx.rank not in members:
-        raise ValueError(
-            f"rank {ctx.rank} joined rendezvous {tag!r} whose replicas {list(members)} exclude it"
-        )
+    members = tuple(range(ctx.world_size))
     torch_xla.sync()
     call = _call("rendezvous", tag=tag, replicas=members)
     return list(ctx.run.gather(ctx.rank, members, call, payload))

@@ -48,6 +48,11 @@ class WorldAbortedError(XlasimError):
         return (type(self), (self.cause,))
 
 
+class RankAbandoned(BaseException):
+    """Raised inside a rank thread that was given up on (its run timed out, or the world
+    closed while it was busy) so that it unwinds instead of running on."""
+
+
 class RankFailedError(XlasimError):
     """One or more ranks raised; holds each failing rank's exception and formatted traceback."""
 

@@ -1,9 +1,18 @@
-"""`xmp.spawn` on the emulated world: every rank of the warm world runs `fn(index, *args)`."""
+"""torch_xla's launchers on the emulated world: every rank of the warm world runs the function.
+
+`xmp.spawn` and `torch_xla.launch` (which calls it) pass the index first; torch_xla's internal
+`pjrt.spawn` takes its arguments in another order; `pjrt.run_multiprocess` (the launcher of
+torch_xla's own tests) passes no index and returns `{ordinal: result}`; `pjrt.spawn_threads`
+runs one thread per addressable device. All of them land on the same world, and each launch
+starts its ranks as fresh processes would (see `World.run`).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
+
+R = TypeVar("R")
 
 
 def spawn(
@@ -21,8 +30,9 @@ def spawn(
     if nprocs not in (None, 1):
         raise ValueError(
             f"Unsupported nprocs ({nprocs}). Please use nprocs=1 or None (default). If None, spawn "
-            "will use all available devices. Use XLASIM_DEVICES / --xla-devices to choose how many "
-            "cores are emulated."
+            "will use all available devices. Choose how many cores are emulated with "
+            "xlasim.emulate(devices=N), XLASIM_DEVICES, `xlasim run --devices N` or "
+            "`pytest --xla-devices=N`."
         )
     world().run(fn, args, size=1 if nprocs == 1 else None)
 
@@ -32,3 +42,18 @@ def pjrt_spawn(
 ) -> None:
     """`torch_xla._internal.pjrt.spawn`, whose arguments come in another order."""
     spawn(fn, args=args, nprocs=nprocs, start_method=start_method)
+
+
+def run_multiprocess(
+    fn: Callable[..., R], *args: Any, start_method: str = "spawn", **kwargs: Any
+) -> dict[int, R]:
+    """`pjrt.run_multiprocess`: `fn(*args, **kwargs)` on every rank, results by global ordinal."""
+    from .activation import world
+
+    results = world().run(fn, args, kwargs, pass_rank=False)
+    return dict(enumerate(results))
+
+
+def spawn_threads(fn: Callable[..., Any], args: tuple = ()) -> None:
+    """`pjrt.spawn_threads`: `fn(index, *args)` on every rank, as `xmp.spawn` does."""
+    spawn(fn, args=args)

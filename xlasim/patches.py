@@ -43,7 +43,7 @@ def _targets() -> list[tuple[Any, str, Any]]:
     import torch_xla.runtime as xr
     from torch_xla._internal import pjrt
 
-    from . import collectives, distributed, launch, queries
+    from . import collectives, compiled, distributed, launch, queries
 
     runtime_originals = {
         name: getattr(xr, name)
@@ -79,8 +79,14 @@ def _targets() -> list[tuple[Any, str, Any]]:
         "rendezvous",
     ):
         targets.append((xm, name, getattr(collectives, name)))
-    targets += [(xmp, "spawn", launch.spawn), (pjrt, "spawn", launch.pjrt_spawn)]
+    targets += [
+        (xmp, "spawn", launch.spawn),
+        (pjrt, "spawn", launch.pjrt_spawn),
+        (pjrt, "run_multiprocess", launch.run_multiprocess),
+        (pjrt, "spawn_threads", launch.spawn_threads),
+    ]
     targets += distributed.patches()
+    targets += compiled.patches()
     return targets
 
 

@@ -171,7 +171,7 @@ def _worker_main(
     os.environ["CPU_NUM_DEVICES"] = str(topology.cores_per_process)
     os.environ[HOST_ROOT_ENV] = host_root
     os.chdir(host_root)
-    from . import activation, patches
+    from . import activation, fresh, patches
     from .threads import RankThread
 
     activation.enter_worker(topology, topology.host_of(process * topology.cores_per_process))
@@ -184,10 +184,13 @@ def _worker_main(
         first + i: RankThread(first + i, f"xla:{i}") for i in range(topology.cores_per_process)
     }
     control.send(("ready", process))
+    fresh_environment = dict(os.environ)
     while True:
         message = control.recv()
         if message[0] == "job":
             _, job, size, payload = message
+            fresh.restore_environment(fresh_environment)
+            fresh.reseed_cpu_generators()
             jobs = _load_jobs(payload)
             client = RunClient(job, size, topology, registry, store_port)
             for rank, (fn, args, kwargs) in jobs.items():
@@ -360,7 +363,8 @@ class ProcessRanks:
             self._processes[index].stop()
             self._processes[index] = self._start(index)
 
-    def close(self) -> None:
+    def close(self) -> list[int]:
+        """Stop every worker process (terminated if it does not stop by itself)."""
         for process in self._processes:
             with process.lock:
                 if process.process.is_alive():
@@ -369,3 +373,4 @@ class ProcessRanks:
             process.stop()
         for root in self._host_roots:
             shutil.rmtree(root, ignore_errors=True)
+        return []

@@ -25,6 +25,7 @@ from .errors import (
     CollectiveMismatchError,
     CollectiveTimeoutError,
     DeadlockError,
+    RankAbandoned,
     WorldAbortedError,
 )
 from .topology import Topology
@@ -141,7 +142,7 @@ class Run(RunObjects):
                 state.status = DONE
             else:
                 state.status = FAILED
-                if not isinstance(error, WorldAbortedError):
+                if not isinstance(error, (WorldAbortedError, RankAbandoned)):
                     self.failures[rank] = error
                     self.tracebacks[rank] = traceback_text
                     self._abort(error)

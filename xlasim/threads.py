@@ -6,15 +6,22 @@ thread also plays the local ranks inside each worker process of a multi-process 
 
 from __future__ import annotations
 
+import ctypes
 import queue
 import threading
+import time
 import traceback
+from contextlib import suppress
 from collections.abc import Callable
 from typing import Any
 
-from . import context
+from . import context, fresh
 from .callsite import thread_location, thread_stack
+from .errors import RankAbandoned
 from .topology import Topology
+
+#: How long closing a world waits for its rank threads to stop.
+CLOSE_GRACE_S = 5.0
 
 
 class RankThread:
@@ -34,10 +41,27 @@ class RankThread:
         """Let the thread exit once its current job (if any) returns."""
         self.jobs.put(None)
 
+    def interrupt(self) -> None:
+        """Raise `RankAbandoned` in the thread at its next Python instruction.
+
+        A rank stuck in user code cannot be killed, but it must not run on: it would burn a
+        core for the rest of the process, and a thread still inside XLA's C++ code when the
+        interpreter exits aborts the process ("terminate called without an active exception").
+        """
+        if self.thread.ident is not None and self.thread.is_alive():
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                ctypes.c_ulong(self.thread.ident), ctypes.py_object(RankAbandoned)
+            )
+
     def _loop(self) -> None:
+        with suppress(RankAbandoned):  # interrupted between jobs: nothing left to report
+            self._serve()
+
+    def _serve(self) -> None:
         import torch_xla  # not at module import: emulation must choose the platform first
 
         torch_xla._XLAC._xla_set_default_device(self.device)
+        generator = fresh.DeviceGenerator(self.device)
         while True:
             job = self.jobs.get()
             if job is None:
@@ -45,13 +69,14 @@ class RankThread:
             run, fn, args, kwargs = job
             context.bind(context.RankContext(run, self.rank))
             try:
-                result = fn(*args, **kwargs)
+                generator.reset()
+                ended = {"result": fn(*args, **kwargs)}
             except BaseException as error:  # every failure is reported, none is lost
-                run.finish(self.rank, error=error, traceback_text=user_traceback(error))
-            else:
-                run.finish(self.rank, result=result)
+                ended = {"error": error, "traceback_text": user_traceback(error)}
             finally:
+                fresh.release_process_groups()
                 context.bind(None)
+            run.finish(self.rank, **ended)
 
     def location(self) -> str:
         return thread_location(self.thread)
@@ -72,6 +97,7 @@ class ThreadRanks:
     def __init__(self, topology: Topology):
         self.topology = topology
         self._threads = [RankThread(r, topology.device_of(r)) for r in range(topology.devices)]
+        self._abandoned: list[RankThread] = []
 
     def dispatch(self, run: Any, jobs: list[tuple[Callable[..., Any], tuple, dict]]) -> None:
         for rank, (fn, args, kwargs) in enumerate(jobs):
@@ -90,11 +116,23 @@ class ThreadRanks:
         """Runs hold no resources of this backend."""
 
     def recover(self, stuck: list[int]) -> None:
-        """Threads still busy after an abort cannot be killed: abandon them, start fresh ones."""
+        """Threads still busy after an abort: interrupt them, and start fresh ones in their
+        place at once (an interrupted thread may take a while to reach Python code)."""
         for rank in stuck:
             self._threads[rank].retire()
+            self._threads[rank].interrupt()
+            self._abandoned.append(self._threads[rank])
             self._threads[rank] = RankThread(rank, self.topology.device_of(rank))
 
-    def close(self) -> None:
-        for rank_thread in self._threads:
+    def close(self, grace: float = CLOSE_GRACE_S) -> list[int]:
+        """Stop every rank thread, waiting up to `grace` seconds in all; the ranks whose
+        threads are still alive after that (stuck in native code) are returned."""
+        threads = self._threads + self._abandoned
+        for rank_thread in threads:
             rank_thread.retire()
+        deadline = time.monotonic() + grace
+        for rank_thread in threads:
+            if rank_thread.thread.is_alive() and rank_thread.jobs.qsize() > 0:
+                rank_thread.interrupt()  # busy: its retire message is still queued
+            rank_thread.thread.join(max(0.0, deadline - time.monotonic()))
+        return [t.rank for t in threads if t.thread.is_alive()]

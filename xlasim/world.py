@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import context
+from . import context, fresh
 from .errors import CollectiveTimeoutError, DeviceCountError, RankFailedError, WorldAbortedError
 from .run import Run
 from .threads import ThreadRanks
@@ -82,7 +82,7 @@ class World:
         jobs = [
             (fn, (rank, *args) if pass_rank else tuple(args), kwargs or {}) for rank in range(size)
         ]
-        with self._lock:
+        with self._lock, fresh.environment():
             run = Run(self.topology, size, self.collective_timeout, reporter=self._ranks)
             self._ranks.dispatch(run, jobs)
             try:
@@ -123,8 +123,10 @@ class World:
             raise run.abort_cause
         return list(run.results)
 
-    def close(self) -> None:
-        self._ranks.close()
+    def close(self) -> list[int]:
+        """Stop the world's ranks; returns the ranks that could not be stopped (stuck in
+        native code), which would abort the interpreter at exit."""
+        return self._ranks.close()
 
 
 def _process_ranks(topology: Topology):

@@ -40,7 +40,11 @@ def reduce(reduce_type: str, arrays: Sequence[np.ndarray], scale: float = 1.0) -
 def all_reduce(
     reduce_type: str, inputs: Sequence[np.ndarray], groups: Groups, scale: float = 1.0
 ) -> list[np.ndarray]:
+    """torch_xla skips the reduction, scale included, in a world of one (its inputs come back
+    as they are, unless XLA_ALWAYS_ALLREDUCE is set)."""
     n = len(inputs)
+    if n == 1:
+        return [inputs[0]]
     return [
         reduce(reduce_type, [inputs[m] for m in group_of(r, n, groups)], scale) for r in range(n)
     ]

@@ -1,4 +1,5 @@
-"""Tests of the emulator itself: they need the emulated world (they are skipped on a real TPU)."""
+"""Fixtures of the emulator's own tests (tests/core, tests/conformance): they build on the
+core's world directly, so they need emulation in this process (they skip on a real TPU)."""
 
 import os
 
@@ -20,11 +21,15 @@ def _why_not_here(config) -> str | None:
             return "xlasim's own tests need emulation; this session runs the native backend"
     if xlasim.is_emulated() and not xlasim.activation.topology().threaded:
         return (
-            "xlasim's core tests build their own worlds next to the session's threaded one; this "
+            "xlasim's own tests build their own worlds next to the session's threaded one; this "
             f"session's ranks live in worker processes ({xlasim.activation.topology().describe()}), "
             "and tests/core/test_processes.py covers those topologies"
         )
     return None
+
+
+#: Directories whose tests drive the core's world from this process.
+EMULATOR_TESTS = ("tests/core/", "tests/conformance/")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -32,7 +37,7 @@ def pytest_collection_modifyitems(config, items):
     if reason is not None:
         skip = pytest.mark.skip(reason=reason)
         for item in items:
-            if "tests/core" in str(item.fspath):
+            if any(part in item.path.as_posix() for part in EMULATOR_TESTS):
                 item.add_marker(skip)
 
 

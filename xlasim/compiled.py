@@ -1,0 +1,447 @@
+"""Emulated collectives inside `torch.compile` programs, as one opaque torch op.
+
+Dynamo cannot trace the emulation (rank threads, locks, frame inspection), and XLA's own
+collectives cannot run across the CPU client's devices. So under dynamo a collective becomes
+`xlasim::collective(Tensor[] tensors, str request) -> Tensor[]`, which dynamo records as is:
+tracing uses its fake kernel (result shapes only); its XLA kernel runs the emulated collective.
+
+The openxla bridge partitions a graph on its first call: it runs every node once to find those
+it cannot compile (CPU fallbacks), compiles and caches XLA programs for the runs of nodes in
+between, and from then on runs the uncompilable nodes eagerly between those programs. An XLA
+kernel that meets other ranks and returns device data would be compiled into a program as a
+constant: every later call would return the first call's result. So:
+
+- the bridge is made to count collectives (and the nodes that only move their results on) as
+  uncompilable: they run eagerly, on every call;
+- while the bridge runs a graph to analyse it, collectives return lazy placeholders without
+  meeting any rank, since on a TPU that run only traces: every rank meets the others exactly
+  once per collective its program calls, whichever rank compiles when.
+
+The `xm` functions branch here when `torch.compiler.is_compiling()`; `xla_level.py` maps
+torch.distributed's traceable collectives onto the same op.
+"""
+
+from __future__ import annotations
+
+import json
+import operator
+import sys
+import threading
+import warnings
+from collections.abc import Callable, Iterator, MutableMapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from . import collectives, context
+from .errors import XlasimError
+from .transfer import to_device, to_host
+
+NAMESPACE = "xlasim"
+Args = dict[str, Any]
+Shape = Sequence[int]
+
+
+class UnsupportedCollectiveError(XlasimError):
+    """A collective the emulation cannot serve where it is called: an XLA-level collective that
+    bypasses torch_xla's Python API, or one in a graph the openxla bridge runs as one XLA program."""
+
+
+# ------------------------------------------------------------------------------ the op
+
+
+@torch.compiler.assume_constant_result
+def request(op: str, args: Args) -> str:
+    """The op's `request` argument; a constant of the traced graph (dynamo calls this once)."""
+    return json.dumps([op, args])
+
+
+def call(op: str, tensors: list[torch.Tensor], **args: Any) -> list[torch.Tensor]:
+    """Run emulated collective `op` (an `xm` function name) through the op: in a graph when
+    traced, else now."""
+    return torch.ops.xlasim.collective(tensors, request(op, args))
+
+
+def _members(groups: Any) -> tuple[int, ...]:
+    ctx = context.require("a compiled collective")
+    return collectives.group_of(ctx.rank, ctx.world_size, groups, equal_sizes=True)
+
+
+def _resized(shape: Shape, dim: int, factor: int, divisor: int = 1) -> list[int]:
+    sizes = list(shape)
+    dim %= len(sizes)
+    sizes[dim] = sizes[dim] * factor // divisor
+    return sizes
+
+
+def _all_to_all_shape(shape: Shape, args: Args) -> list[int]:
+    count = args["split_count"]
+    split = _resized(shape, args["split_dimension"], 1, count)
+    return _resized(split, args["concat_dimension"], count)
+
+
+#: Per op: result shapes from input shapes (the fake kernel, and the placeholders).
+_SHAPES: dict[str, Callable[[list[Shape], Args], list[Shape]]] = {
+    "all_reduce": lambda shapes, args: shapes,
+    "collective_permute": lambda shapes, args: shapes,
+    "collective_broadcast": lambda shapes, args: shapes,
+    "all_gather": lambda shapes, args: [
+        _resized(s, args["dim"], len(_members(args["groups"]))) for s in shapes
+    ],
+    "reduce_scatter": lambda shapes, args: [
+        _resized(s, args["scatter_dim"], 1, args["shard_count"]) for s in shapes
+    ],
+    "all_to_all": lambda shapes, args: [_all_to_all_shape(s, args) for s in shapes],
+}
+
+
+def _broadcast(tensors: list[torch.Tensor], args: Args) -> list[torch.Tensor]:
+    collectives.collective_broadcast(tensors, args["root_ordinal"], args["groups"])
+    return tensors
+
+
+#: Per op: the emulated collective on this rank's host tensors (the fallback's copies).
+_RUN: dict[str, Callable[[list[torch.Tensor], Args], list[torch.Tensor]]] = {
+    "all_reduce": lambda ts, a: collectives.all_reduce(
+        a["reduce_type"], ts, a["scale"], a["groups"]
+    ),
+    "all_gather": lambda ts, a: collectives.all_gather(ts, a["dim"], a["groups"], pin_layout=False),
+    "reduce_scatter": lambda ts, a: collectives.reduce_scatter(
+        a["reduce_type"], ts, a["scale"], a["scatter_dim"], a["shard_count"], a["groups"]
+    ),
+    "all_to_all": lambda ts, a: [
+        collectives.all_to_all(
+            ts[0], a["split_dimension"], a["concat_dimension"], a["split_count"], a["groups"]
+        )
+    ],
+    "collective_permute": lambda ts, a: [collectives.collective_permute(ts[0], a["pairs"])],
+    "collective_broadcast": _broadcast,
+}
+
+
+def _decode(text: str) -> tuple[str, Args]:
+    op, args = json.loads(text)
+    return op, args
+
+
+def _fake(tensors: list[torch.Tensor], text: str) -> list[torch.Tensor]:
+    op, args = _decode(text)
+    shapes = _SHAPES[op]([t.shape for t in tensors], args)
+    return [t.new_empty(shape) for t, shape in zip(tensors, shapes)]
+
+
+def _serve(tensors: list[torch.Tensor], text: str) -> list[torch.Tensor]:
+    """The XLA kernel: the emulated collective on host copies of the inputs (which it may change
+    in place), its results handed to the inputs' device."""
+    op, args = _decode(text)
+    device = tensors[0].device
+    if bridge_analysis.active:  # lazy zeros, as an in-graph collective's result would be lazy
+        shapes = _SHAPES[op]([t.shape for t in tensors], args)
+        return [
+            torch.zeros(shape, dtype=t.dtype, device=device) for t, shape in zip(tensors, shapes)
+        ]
+    return to_device(_RUN[op](to_host(tensors, copy=True), args), device)
+
+
+def define(library: torch.library.Library) -> None:
+    """Define `xlasim::collective` in `library` (the `xlasim` namespace, kind DEF)."""
+    library.define("collective(Tensor[] tensors, str request) -> Tensor[]")
+    library.impl("collective", _serve, "XLA")
+    torch.library.register_fake(f"{NAMESPACE}::collective", _fake, lib=library)
+
+
+# ------------------------------------------------------------------------------ the openxla bridge
+
+
+class _Analysis(threading.local):
+    active = False
+
+
+#: Whether this thread is inside the openxla bridge's analysis of a new graph.
+bridge_analysis = _Analysis()
+#: The bridge finds CPU-fallback nodes by clearing and reading torch_xla's process-wide counters
+#: around each node: one rank's analysis at a time, or a rank would take another's counts for
+#: its own (and compile a fallback op's eager result into its program).
+_analysis_lock = threading.Lock()
+
+
+def _is_collective(node: torch.fx.Node) -> bool:
+    return isinstance(node.target, torch._ops.OpOverload) and node.target.namespace in (
+        NAMESPACE,
+        "_c10d_functional",
+    )
+
+
+_aten = torch.ops.aten
+#: Ops that only pass their input's data on (XLA traces them to no computation).
+_PASS_THROUGH = frozenset(
+    {
+        operator.getitem,
+        _aten.copy.default,
+        _aten.copy_.default,
+        _aten.clone.default,
+        _aten.alias.default,
+        _aten.detach.default,
+        _aten._to_copy.default,
+    }
+)
+
+
+def _carries_collective(node: torch.fx.Node) -> bool:
+    """A collective, or a node that only passes a collective's result on."""
+    if _is_collective(node):
+        return True
+    return node.target in _PASS_THROUGH and any(map(_carries_collective, node.all_input_nodes))
+
+
+def collector_run_node(original: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap `UnsupportedNodesCollector.run_node`: collectives, and the nodes that only move their
+    results on (wait_tensor, getitem, a copy into a buffer), are uncompilable. The latter must run
+    eagerly too: in an XLA partition of their own they would only pass device data through, which
+    the bridge mishandles (it caches no program for a partition without computation, and
+    miscounts outputs that share one buffer)."""
+
+    def run_node(self: Any, node: torch.fx.Node) -> Any:
+        result = original(self, node)
+        if _carries_collective(node) and node not in self._unsupported_nodes:
+            self._unsupported_nodes.append(node)
+        return result
+
+    run_node.__wrapped__ = original  # type: ignore[attr-defined]
+    return run_node
+
+
+def bridge_extract(original: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap `dynamo_bridge.extract_compiled_graph`, which analyses, partitions and compiles a new
+    graph on its first call: collectives return placeholders meanwhile, and a graph the bridge
+    would not partition (it has symbolic sizes) must not hold collectives."""
+
+    def extract_compiled_graph(xla_model: torch.fx.GraphModule, xla_args: Sequence[Any]) -> Any:
+        symbolic = any(not isinstance(a, torch.Tensor) for a in xla_args)
+        if symbolic and any(_is_collective(n) for n in xla_model.graph.nodes):
+            raise UnsupportedCollectiveError(
+                "torch.compile with dynamic shapes: the openxla bridge compiles a graph with "
+                "symbolic sizes into one XLA program, with no room for a collective the emulation "
+                "runs on the host between XLA programs. Compile with dynamic=False (a recompile "
+                "for a new shape otherwise turns dynamic by itself)."
+            )
+        with _analysis_lock:
+            bridge_analysis.active = True
+            try:
+                return original(xla_model, xla_args)
+            finally:
+                bridge_analysis.active = False
+
+    extract_compiled_graph.__wrapped__ = original  # type: ignore[attr-defined]
+    return extract_compiled_graph
+
+
+# ------------------------------------------------------------------------------ xm, traced
+
+
+def _tensors(value: torch.Tensor | list[torch.Tensor]) -> tuple[list[torch.Tensor], bool]:
+    return ([value], True) if isinstance(value, torch.Tensor) else (list(value), False)
+
+
+def _copy_into(targets: Sequence[torch.Tensor], values: Sequence[torch.Tensor]) -> None:
+    with torch.no_grad():
+        for target, value in zip(targets, values):
+            target.copy_(value)
+
+
+def _deliver(results: list[torch.Tensor], output: Any, single: bool) -> Any:
+    if output is None:
+        return results[0] if single else results
+    _copy_into(_tensors(output)[0], results)
+    return output
+
+
+def all_reduce(reduce_type, inputs, scale=1.0, groups=None, pin_layout=True):
+    """xm.all_reduce under dynamo."""
+    tensors, single = _tensors(inputs)
+    results = call("all_reduce", tensors, reduce_type=reduce_type, scale=scale, groups=groups)
+    if single:
+        return results[0]
+    _copy_into(tensors, results)
+    return inputs
+
+
+def all_gather(value, dim=0, groups=None, output=None, pin_layout=True, *_ids):
+    """xm.all_gather under dynamo."""
+    tensors, single = _tensors(value)
+    return _deliver(call("all_gather", tensors, dim=dim, groups=groups), output, single)
+
+
+def reduce_scatter(
+    reduce_type, input, scale, scatter_dim, shard_count, groups=None, output=None, *_layout
+):
+    """xm.reduce_scatter under dynamo."""
+    tensors, single = _tensors(input)
+    results = call(
+        "reduce_scatter",
+        tensors,
+        reduce_type=reduce_type,
+        scale=scale,
+        scatter_dim=scatter_dim,
+        shard_count=shard_count,
+        groups=groups,
+    )
+    return _deliver(results, output, single)
+
+
+def all_to_all(value, split_dimension, concat_dimension, split_count, groups=None, *_layout):
+    """xm.all_to_all under dynamo."""
+    return call(
+        "all_to_all",
+        [value],
+        split_dimension=split_dimension,
+        concat_dimension=concat_dimension,
+        split_count=split_count,
+        groups=groups,
+    )[0]
+
+
+def collective_permute(value, pairs):
+    """xm.collective_permute under dynamo."""
+    return call("collective_permute", [value], pairs=pairs)[0]
+
+
+def collective_broadcast(tensors, root_ordinal=0, groups=None, *_layout):
+    """xm.collective_broadcast under dynamo (in place)."""
+    values = call("collective_broadcast", list(tensors), root_ordinal=root_ordinal, groups=groups)
+    _copy_into(tensors, values)
+
+
+# ------------------------------------------------------------------------------ dynamo in threads
+
+
+def fx_tracing_check(original: Callable[[], bool]) -> Callable[[], bool]:
+    """`torch.compile`d functions refuse to run while FX traces, judging by a process-wide flag,
+    which dynamo's own compilation raises while it traces. Ranks are threads: a rank must not take
+    another rank's compilation for an FX trace of its own, so the flag counts only when this
+    thread is inside `Tracer.trace` (looked up only when the flag is up)."""
+    import torch.fx._symbolic_trace as fx_trace
+
+    def tracing_here() -> bool:
+        frame = sys._getframe()
+        while frame is not None:
+            code = frame.f_code
+            if code.co_name == "trace" and code.co_filename == fx_trace.__file__:
+                return True
+            frame = frame.f_back
+        return False
+
+    def is_fx_symbolic_tracing() -> bool:
+        return original() and tracing_here()
+
+    is_fx_symbolic_tracing.__wrapped__ = original  # type: ignore[attr-defined]
+    return is_fx_symbolic_tracing
+
+
+# ------------------------------------------------------------------------------ installing
+
+
+@dataclass(frozen=True)
+class Registration:
+    """Kernels to register in a new `torch.library.Library(namespace, kind, key)`."""
+
+    namespace: str
+    kind: str
+    key: str
+    fill: Callable[[torch.library.Library], None]
+
+
+class Registrations(MutableMapping):
+    """torch.library registrations by name, so that patches.py installs and reverts them like
+    attributes: setting a name registers a `Registration`, deleting it destroys its library,
+    which restores the kernels it overrode."""
+
+    def __init__(self) -> None:
+        self._libraries: dict[str, tuple[Registration, torch.library.Library, set[str]]] = {}
+
+    def __getitem__(self, name: str) -> Registration:
+        return self._libraries[name][0]
+
+    def __setitem__(self, name: str, registration: Registration) -> None:
+        if name in self._libraries:
+            del self[name]
+        held = set(torch.library._impls)  # Python overrides already present (torch_xla's)
+        library = torch.library.Library(registration.namespace, registration.kind, registration.key)
+        with warnings.catch_warnings():  # "Overriding a previously registered kernel": we mean to
+            warnings.simplefilter("ignore", UserWarning)
+            registration.fill(library)
+        self._libraries[name] = (registration, library, held & library._op_impls)
+
+    def __delitem__(self, name: str) -> None:
+        _, library, held = self._libraries.pop(name)
+        library._destroy()  # torch's only way to unregister; it forgets `held` keys too
+        torch.library._impls.update(held)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._libraries)
+
+    def __len__(self) -> int:
+        return len(self._libraries)
+
+
+registrations = Registrations()
+
+
+def patches() -> list[tuple[Any, str, Any]]:
+    """(owner, attribute, replacement) triples that make collectives work under torch.compile
+    and refuse the XLA-level ones on ranks."""
+    import torch._dynamo.config as dynamo_config
+    import torch.fx._symbolic_trace as fx_trace
+    import torch_xla
+    import torch_xla.core.dynamo_bridge as bridge
+
+    from . import activation, xla_level
+
+    # Each rank thread compiles its own graphs (dynamo guards on the device): limits per
+    # function that hold for one TPU process hold here for all of this process's ranks.
+    ranks = activation.topology().cores_per_process
+    targets: list[tuple[Any, str, Any]] = [
+        (registrations, "xlasim::collective", Registration(NAMESPACE, "DEF", "", define)),
+        (
+            registrations,
+            "_c10d_functional XLA kernels",
+            Registration("_c10d_functional", "IMPL", "XLA", xla_level.register),
+        ),
+        (bridge, "extract_compiled_graph", bridge_extract(bridge.extract_compiled_graph)),
+        (
+            bridge.UnsupportedNodesCollector,
+            "run_node",
+            collector_run_node(bridge.UnsupportedNodesCollector.run_node),
+        ),
+        (fx_trace, "is_fx_symbolic_tracing", fx_tracing_check(fx_trace.is_fx_symbolic_tracing)),
+        (dynamo_config, "recompile_limit", dynamo_config.recompile_limit * ranks),
+        (
+            dynamo_config,
+            "accumulated_recompile_limit",
+            dynamo_config.accumulated_recompile_limit * ranks,
+        ),
+    ]
+    for name in xla_level.XLAC_COLLECTIVES:
+        original = getattr(torch_xla._XLAC, name)
+        targets.append((torch_xla._XLAC, name, xla_level.refuse_on_ranks(name, original)))
+    return targets
+
+
+def _between_graphs(name: str) -> Callable[..., Any]:
+    """`collectives.<name>` run eagerly: dynamo breaks the graph at its call, as it does at
+    torch_xla's own version on a TPU (and refuses it, with this reason, under fullgraph=True)."""
+
+    def run(*args: Any) -> Any:
+        return getattr(collectives, name)(*args)
+
+    return torch.compiler.disable(
+        run,
+        reason=f"xm.{name} cannot be a node of a compiled graph (nor can torch_xla's on a TPU): it "
+        "runs eagerly between graphs; compile without fullgraph=True, or call it outside",
+    )
+
+
+send = _between_graphs("send")
+recv = _between_graphs("recv")
+xla_rendezvous = _between_graphs("xla_rendezvous")
