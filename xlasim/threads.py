@@ -11,8 +11,8 @@ import queue
 import threading
 import time
 import traceback
-from contextlib import suppress
 from collections.abc import Callable
+from contextlib import suppress
 from typing import Any
 
 from . import context, fresh
