@@ -30,7 +30,8 @@ from xlasim.conformance.discovery import PYTEST, SCRIPT, Job, discover, modes
 from xlasim.conformance.execution import Outcome
 from xlasim.conformance.table import failing
 
-DEVICES = 2
+#: Two cores as threads of one process: the cheapest slice on which collectives mean something.
+SLICE = ("--devices", "2", "--processes", "1")
 
 ALL_REDUCE = """
 import sys
@@ -75,24 +76,6 @@ if __name__ == '__main__':
   torch_xla.launch(_mp_fn, args=())
 """
 
-# Checks one collective, then skips the rest with torch_xla's message: counts alone would pass it.
-PARTIAL = """
-import sys
-import torch
-import torch_xla
-import torch_xla.core.xla_model as xm
-
-
-def _mp_fn(index):
-  device = torch_xla.device()
-  xm.all_reduce(xm.REDUCE_SUM, torch.ones(2, device=device))
-  print(f'Default device {device} is not a TPU device', file=sys.stderr)
-
-
-if __name__ == '__main__':
-  torch_xla.launch(_mp_fn, args=())
-"""
-
 FAILS = """
 import torch
 import torch_xla
@@ -123,6 +106,8 @@ if __name__ == '__main__':
 """
 
 PYTEST_STYLE = """
+import os
+
 import pytest
 import torch
 import torch_xla
@@ -142,6 +127,10 @@ def _returns_early(index):
 def _wrong(index):
   total = xm.all_reduce(xm.REDUCE_SUM, torch.ones(1, device=torch_xla.device())).cpu()
   assert total.item() == 0, f'sum was {total.item()}'
+
+
+def test_aborts():
+  os.abort()  # as XLA does on a collective that cannot complete
 
 
 def test_all_gather():
@@ -171,8 +160,7 @@ def _runner(root: Path, *args: str) -> subprocess.CompletedProcess:
             "xlasim",
             "conformance",
             str(root),
-            "--devices",
-            str(DEVICES),
+            *SLICE,
             *args,
         ],
         capture_output=True,
@@ -190,7 +178,6 @@ def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     files = {
         "test_mp_all_reduce.py": ALL_REDUCE,
         "test_mp_gated.py": GATED,
-        "test_mp_partial.py": PARTIAL,
         "test_mp_fails.py": FAILS,
         "torch_distributed/test_pytest_style.py": PYTEST_STYLE,
         "test_operations.py": "raise SystemExit('not in the mp suite')\n",
@@ -217,7 +204,6 @@ def test_discovery_takes_the_mp_suite_in_both_modes(tree: Path) -> None:
         ("test_mp_all_reduce.py", SCRIPT),
         ("test_mp_fails.py", SCRIPT),
         ("test_mp_gated.py", SCRIPT),
-        ("test_mp_partial.py", SCRIPT),
         ("torch_distributed/test_pytest_style.py", PYTEST),
     ]
     assert [job.rel for job in discover(tree, "mp", "gated")] == ["test_mp_gated.py"]
@@ -238,12 +224,6 @@ def test_a_hardware_gated_script_that_exits_0_is_a_silent_skip(run) -> None:
     assert row["reason"] == "ran no checks: 1 launch, 0 collectives"
 
 
-def test_torch_xla_skip_message_after_some_checks_is_a_silent_skip(run) -> None:
-    row = run[1]["test_mp_partial.py"]
-    assert row["result"] == SILENT_SKIP, row
-    assert "is not a TPU device" in row["reason"]
-
-
 def test_a_failing_assertion_is_a_failure_with_its_message(run) -> None:
     _, rows, logs = run
     row = rows["test_mp_fails.py"]
@@ -262,11 +242,15 @@ def test_pytest_mode_reports_each_test(run) -> None:
         if id.startswith(file)
     }
     assert got == {
+        "test_aborts": (PYTEST, CRASHED),  # then the file ran again without it
         "test_all_gather": (PYTEST, PASSED),
         "test_returns_early": (PYTEST, SILENT_SKIP),
         "test_multislice": (PYTEST, "skipped"),
         "test_wrong_sum": (PYTEST, FAILED),
     }
+    assert (
+        rows[f"{file}::test_aborts"]["reason"] == "killed by SIGABRT: Fatal Python error: Aborted"
+    )
     assert rows[f"{file}::test_multislice"]["reason"] == "needs a second slice"
     assert "sum was 2.0" in rows[f"{file}::test_wrong_sum"]["reason"]
     assert rows[f"{file}::test_returns_early"]["reason"] == "ran no checks: 1 launch, 0 collectives"
@@ -349,6 +333,16 @@ def test_a_run_that_never_launched_or_left_no_report_is_a_silent_skip(tmp_path: 
     )
 
 
+def test_torch_xla_skip_message_after_some_checks_is_a_silent_skip(tmp_path: Path) -> None:
+    output = "Default device xla:0 is not a TPU device\nRan 2 tests in 3.0s\n\nOK\n"
+    report = {"status": 0, "launches": 2, "collectives": {"all_reduce": 1}}
+    (row,) = classify(_job(tmp_path), _outcome(tmp_path, 0, output, report=report))
+    assert (row.result, row.reason) == (
+        SILENT_SKIP,
+        "exited 0 after printing 'Default device xla:0 is not a TPU device'; ran 2 tests: OK",
+    )
+
+
 def test_a_known_bug_needs_its_signature(tmp_path: Path) -> None:
     job = _job(tmp_path, "test_mp_rendezvous.py")
     bug = "Traceback (most recent call last):\nValueError: Only global rendezvous is supported\n"
@@ -383,7 +377,7 @@ def test_a_crash_names_the_signal_and_xlas_fatal_line(tmp_path: Path) -> None:
     assert row.reason == "killed by SIGABRT: [id=1] Termination timeout for `all gather`"
     job = _job(tmp_path, mode=PYTEST)
     (row,) = classify(job, _outcome(tmp_path, -11, "", started=["a.py::test_1", "a.py::test_2"]))
-    assert row.reason == "in a.py::test_2 (test 2; no results for any test): killed by SIGSEGV"
+    assert (row.id, row.reason) == ("a.py::test_2", "killed by SIGSEGV")
 
 
 def test_first_error_line_prefers_xlasim_then_the_failing_test() -> None:

@@ -1,7 +1,7 @@
 """The conformance runner: torch_xla's own multi-device tests, unmodified, on emulated cores.
 
-    python -m xlasim conformance PATH/TO/xla/test [--devices 8] [--timeout S] [-k SUBSTRING]
-                                                  [--json FILE] [--suite mp|spmd|all] [--logs DIR]
+    python -m xlasim conformance PATH/TO/xla/test [--devices 8] [--processes P] [--timeout S]
+                        [-k SUBSTRING] [--json FILE] [--suite mp|spmd|all] [--logs DIR]
 
 Each test file runs in its own subprocess (`discovery` decides how: as a script under
 `xlasim run`, under pytest, or both), bounded by a timeout (`execution`); `classify` turns what
@@ -13,13 +13,15 @@ so the command can gate CI.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import tempfile
+import time
 from pathlib import Path
 
-from .classify import Row, classify
-from .discovery import SUITES, discover
-from .execution import execute
+from .classify import Row, classify, crashed_test
+from .discovery import SUITES, Job, discover
+from .execution import Slice, execute
 from .table import failing, format_table, write_json
 
 DEFAULT_TIMEOUT_S = 600.0
@@ -30,6 +32,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("test_dir", type=Path, help="the test/ directory of a pytorch/xla checkout")
     parser.add_argument(
         "--devices", type=int, metavar="N", default=8, help="emulated cores (default 8)"
+    )
+    parser.add_argument(
+        "--processes",
+        type=int,
+        metavar="P",
+        default=None,
+        help="worker processes holding the cores (default: xlasim's; 1: every core a thread)",
     )
     parser.add_argument(
         "--timeout",
@@ -60,6 +69,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def run_job(job: Job, slice: Slice, timeout: float, logs: Path) -> list[Row]:
+    """Run one job and classify it. A pytest file whose process died in a test (XLA aborts on a
+    collective it cannot complete) runs again without that test, within the same time budget,
+    so one crashing test does not hide the results of the others."""
+    deadline = time.monotonic() + timeout
+    rows: list[Row] = []
+    workdir = logs / job.slug
+    while True:
+        outcome = execute(job, slice, timeout, workdir)
+        rows.extend(classify(job, outcome))
+        crashed = crashed_test(job, outcome)
+        timeout = deadline - time.monotonic()
+        if crashed is None or crashed in job.deselect or timeout <= 0:
+            return rows
+        job = dataclasses.replace(job, deselect=(*job.deselect, crashed))
+        workdir = logs / f"{job.slug}.without-{len(job.deselect)}"
+
+
 def run_conformance(options: argparse.Namespace) -> int:
     """Run the selected files, print the table; 1 if any row must fail a CI gate, else 0."""
     root = options.test_dir.resolve()
@@ -67,13 +94,13 @@ def run_conformance(options: argparse.Namespace) -> int:
     if not jobs:
         print(f"xlasim conformance: no {options.suite} test files under {root}", file=sys.stderr)
         return 2
+    slice = Slice(options.devices, options.processes)
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="xlasim-conformance-") as scratch:
         logs = options.logs.resolve() if options.logs else Path(scratch)
         for number, job in enumerate(jobs, 1):
             print(f"[{number}/{len(jobs)}] {job.label} ...", file=sys.stderr, flush=True)
-            outcome = execute(job, options.devices, options.timeout, logs / job.slug)
-            found = classify(job, outcome)
+            found = run_job(job, slice, options.timeout, logs)
             for row in found:
                 print(f"    {row.result}: {row.id}  {row.reason}", file=sys.stderr, flush=True)
             rows.extend(found)

@@ -56,7 +56,8 @@ def classify(job: Job, outcome: Outcome) -> list[Row]:
                 job,
                 TIMED_OUT,
                 outcome.seconds,
-                f"killed after {outcome.timeout:g} s" + (f"; last output: {last}" if last else ""),
+                f"killed after {outcome.timeout:.0f} s"
+                + (f"; last output: {last}" if last else ""),
             )
         ]
     if job.mode == SCRIPT:
@@ -143,7 +144,7 @@ def missing_package(text: str, root: Path) -> str | None:
 def crash_reason(status: int | None, text: str) -> str | None:
     """Why the process died rather than exited: a signal, or a fatal error XLA or Python
     reported (`F` log lines, "Check failed", "Fatal Python error")."""
-    fatal = _FATAL_LOG.search(text) or re.search(r"^(Fatal Python error: .*)$", text, re.M)
+    fatal = _FATAL_LOG.search(text) or re.search(r"(Fatal Python error: .*)$", text, re.M)
     if status is not None and status < 0:
         try:
             name = signal.Signals(-status).name
@@ -219,11 +220,8 @@ def _pytest_rows(job: Job, outcome: Outcome) -> list[Row]:
     status, text = outcome.status, outcome.output
     crash = crash_reason(status, text)
     cases = _junit_cases(outcome.junit) if outcome.junit else []
-    if crash and not cases:
-        if outcome.started:  # junit died with the process; name the test that was running
-            running = outcome.started[-1]
-            crash = f"in {running} (test {len(outcome.started)}; no results for any test): {crash}"
-        return [_row(job, CRASHED, outcome.seconds, crash)]
+    if crash and not cases:  # junit died with the process: the crash is the running test's
+        return [_row(job, CRASHED, outcome.seconds, crash, crashed_test(job, outcome))]
     if not cases:
         if status == 5:
             return [_row(job, SILENT_SKIP, outcome.seconds, "pytest collected no tests")]
@@ -235,6 +233,13 @@ def _pytest_rows(job: Job, outcome: Outcome) -> list[Row]:
         error = f"pytest exit status {status}: {first_error_line(text) or _last_line(text)}"
         rows.append(_row(job, FAILED, outcome.seconds, error))
     return rows
+
+
+def crashed_test(job: Job, outcome: Outcome) -> str | None:
+    """The pytest id of the test that was running when the process died, if one was."""
+    if job.mode == SCRIPT or outcome.timed_out or outcome.junit or not outcome.started:
+        return None
+    return outcome.started[-1] if crash_reason(outcome.status, outcome.output) else None
 
 
 def _junit_cases(path: Path) -> list[ET.Element]:

@@ -52,13 +52,14 @@ SUITES["all"] = SUITES["mp"] + SUITES["spmd"]
 
 @dataclass(frozen=True)
 class Job:
-    """One file in one mode."""
+    """One file in one mode; `deselect`: pytest ids not to run (tests that crashed the file)."""
 
     root: Path
     path: Path
     mode: str
     needs_collectives: bool
     args: tuple[str, ...] = field(default=())
+    deselect: tuple[str, ...] = field(default=())
 
     @property
     def rel(self) -> str:

@@ -37,6 +37,15 @@ _FOREIGN_ENV = (
 
 
 @dataclass(frozen=True)
+class Slice:
+    """The emulated slice every file runs on: cores, and the worker processes holding them
+    (None: xlasim's default)."""
+
+    devices: int
+    processes: int | None = None
+
+
+@dataclass(frozen=True)
 class Outcome:
     """What came back from one job: exit status (None when killed at the timeout), the combined
     output, the script's run report (script mode), and in pytest mode the junit file and the
@@ -56,8 +65,8 @@ class Outcome:
         return self.status is None
 
 
-def execute(job: Job, devices: int, timeout: float, workdir: Path) -> Outcome:
-    """Run `job` on `devices` emulated cores with `workdir` as its working directory (where
+def execute(job: Job, slice: Slice, timeout: float, workdir: Path) -> Outcome:
+    """Run `job` on the emulated `slice` with `workdir` as its working directory (where
     anything the test writes to its current directory lands, with its output and reports)."""
     workdir.mkdir(parents=True, exist_ok=True)
     log, report, junit = workdir / "output.log", workdir / "run-report.json", workdir / "junit.xml"
@@ -67,12 +76,12 @@ def execute(job: Job, devices: int, timeout: float, workdir: Path) -> Outcome:
     started = time.monotonic()
     with open(log, "wb") as out:
         child = subprocess.Popen(
-            command(job, devices, junit),
+            command(job, slice, junit),
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
             cwd=workdir,
-            env=environment(job, report, progress),
+            env=environment(job, timeout, report, progress),
             start_new_session=True,
         )
         exited = _wait_unreaped(child, timeout)
@@ -91,13 +100,15 @@ def execute(job: Job, devices: int, timeout: float, workdir: Path) -> Outcome:
     )
 
 
-def command(job: Job, devices: int, junit: Path) -> list[str]:
+def command(job: Job, slice: Slice, junit: Path) -> list[str]:
     if job.mode == PYTEST:
+        processes = [] if slice.processes is None else [f"--xla-processes={slice.processes}"]
         return [
             sys.executable,
             "-m",
             "pytest",
-            f"--xla-devices={devices}",
+            f"--xla-devices={slice.devices}",
+            *processes,
             str(job.path),
             f"--rootdir={job.root}",
             # importlib: prepend mode would put the checkout's root on sys.path, and its
@@ -114,6 +125,7 @@ def command(job: Job, devices: int, junit: Path) -> list[str]:
             "no:cacheprovider",
             "-p",
             "xlasim.conformance.pytest_probe",
+            *(f"--deselect={id}" for id in job.deselect),
         ]
     return [
         sys.executable,
@@ -121,15 +133,20 @@ def command(job: Job, devices: int, junit: Path) -> list[str]:
         "xlasim",
         "run",
         "--devices",
-        str(devices),
+        str(slice.devices),
+        *([] if slice.processes is None else ["--processes", str(slice.processes)]),
         str(job.path),
         *job.args,
     ]
 
 
-def environment(job: Job, report: Path, progress: Path) -> dict[str, str]:
+def environment(job: Job, timeout: float, report: Path, progress: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in _FOREIGN_ENV}
     env.update(PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1", PYTHONFAULTHANDLER="1")
+    # A collective's wait includes the other ranks' compiles, minutes for a ResNet on a small
+    # machine; xlasim's 60 s default would report those as hangs. Half the file's budget still
+    # reports a real hang, with every rank's stack, before the file is killed.
+    env.setdefault("XLASIM_TIMEOUT", f"{max(timeout / 2, 60):.0f}")
     if job.mode == PYTEST:
         # Run as scripts, torch_xla's tests find their helpers (args_parse, distributed_util)
         # through sys.argv[0]; under pytest that is pytest's path, so put test/ on the path.
