@@ -2,16 +2,18 @@
 core's world directly, so they need emulation in this process (they skip on a real TPU)."""
 
 import os
+from collections.abc import Iterator
 
 import pytest
 
 import xlasim
+from xlasim.topology import Topology
 
 CORE_DEVICES = 8
 
 
 def _why_not_here(config) -> str | None:
-    """Why this session cannot run the core's tests, or None when it can."""
+    """Why this session cannot run the emulator's own tests, or None when it can."""
     if os.environ.get("PJRT_DEVICE", "CPU").startswith("TPU"):
         return "xlasim's own tests need emulation, not a TPU"
     if config.pluginmanager.has_plugin("xlasim"):
@@ -19,12 +21,6 @@ def _why_not_here(config) -> str | None:
 
         if config.stash.get(backend_key, "emulated") == "native":
             return "xlasim's own tests need emulation; this session runs the native backend"
-    if xlasim.is_emulated() and not xlasim.activation.topology().threaded:
-        return (
-            "xlasim's own tests build their own worlds next to the session's threaded one; this "
-            f"session's ranks live in worker processes ({xlasim.activation.topology().describe()}), "
-            "and tests/core/test_processes.py covers those topologies"
-        )
     return None
 
 
@@ -42,14 +38,24 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="session")
-def world() -> xlasim.World:
-    """The emulated world; started here with 8 cores if the plugin did not start one."""
+def world() -> Iterator[xlasim.World]:
+    """8 rank threads in this process (the fast mode), for tests of the emulator's mechanics:
+    their rank functions may be closures, and they can watch the ranks' threads. The session's
+    own world (`xlasim.world()`, one process per core by default) is the one launchers use."""
     if not xlasim.is_emulated():
         xlasim.emulate(devices=int(os.environ.get("XLASIM_DEVICES", CORE_DEVICES)))
-    world = xlasim.world()
-    if world.size < CORE_DEVICES:
-        pytest.skip(f"xlasim's core tests need {CORE_DEVICES} emulated cores, have {world.size}")
-    return world
+    session = xlasim.world()
+    if session.topology.threaded and session.size >= CORE_DEVICES:
+        yield session
+        return
+    here = xlasim.activation.topology().cores_per_host
+    if here < CORE_DEVICES:
+        pytest.skip(
+            f"the emulator's own tests need {CORE_DEVICES} cores in this process, have {here}"
+        )
+    threads = xlasim.World(Topology(CORE_DEVICES, processes=1))
+    yield threads
+    threads.close()
 
 
 @pytest.fixture

@@ -20,24 +20,42 @@ DEVICES_ENV = "XLASIM_DEVICES"
 PROCESSES_ENV = "XLASIM_PROCESSES"
 HOSTS_ENV = "XLASIM_HOSTS"
 TOPOLOGY_ENV = "XLASIM_TOPOLOGY"
-#: Resident memory budgeted per emulated core. An idle core costs ~1.3 MiB (a world of 64 cores
-#: after an all_reduce: 870 MB RSS, 790 MB of it torch + torch_xla); the rest is room for each
-#: core's own compiled programs and buffers. It bounds how many cores a machine can hold.
-BYTES_PER_DEVICE = 48 * 2**20
+#: Resident memory budgeted per emulated core, which bounds how many cores a machine holds.
+#: A core that is a thread costs ~1.3 MiB idle (64 of them after an all_reduce: 870 MB RSS, 790 MB
+#: of it torch + torch_xla); a core with a process of its own ~90 MiB (64 isolated ranks after an
+#: all_reduce: ~6 GiB of proportional set size, forked from a shared zygote). The rest is room for
+#: each core's compiled programs and buffers.
+BYTES_PER_THREAD_CORE = 48 * 2**20
+BYTES_PER_PROCESS_CORE = 192 * 2**20
 HARD_MAX_DEVICES = 1024
 
 _topology: Topology | None = None
 _process_host = 0
+_in_worker = False
 _world: World | None = None
 
 
-def max_devices() -> int:
-    """How many cores this machine can hold: available memory over the per-core cost."""
+def available_memory() -> int | None:
+    """What the kernel says can still be given to programs (free memory plus reclaimable page
+    cache: `MemAvailable`), or None where that is not known."""
     try:
-        available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError):
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def max_devices(threaded: bool = False) -> int:
+    """How many cores this machine can hold: available memory over the per-core cost (cores
+    with a process each by default, as `emulate` gives; `threaded=True` for the fast mode)."""
+    available = available_memory()
+    if available is None:
         return HARD_MAX_DEVICES
-    return max(1, min(HARD_MAX_DEVICES, available // BYTES_PER_DEVICE))
+    per_core = BYTES_PER_THREAD_CORE if threaded else BYTES_PER_PROCESS_CORE
+    return max(1, min(HARD_MAX_DEVICES, available // per_core))
 
 
 def _requested(devices: int | None) -> int:
@@ -55,13 +73,20 @@ def _requested(devices: int | None) -> int:
         raise DeviceCountError(f"devices must be a whole number, got {devices!r}")
     if devices < 1:
         raise DeviceCountError(f"devices must be at least 1, got {devices}")
-    limit = max_devices()
-    if devices > limit:
-        raise DeviceCountError(
-            f"{devices} emulated cores do not fit this machine: at ~{BYTES_PER_DEVICE >> 20} MiB "
-            f"each, its available memory holds at most {limit}"
-        )
     return devices
+
+
+def _check_fits(topology: Topology) -> Topology:
+    limit = max_devices(threaded=topology.threaded)
+    if topology.devices > limit:
+        per_core = BYTES_PER_THREAD_CORE if topology.threaded else BYTES_PER_PROCESS_CORE
+        kind = "threads of one process" if topology.threaded else "with a process each"
+        raise DeviceCountError(
+            f"{topology.devices} emulated cores do not fit this machine: at ~{per_core >> 20} MiB "
+            f"per core ({kind}), its available memory holds at most {limit}"
+            + ("" if topology.threaded else "; as threads of one process (processes=1) more fit")
+        )
+    return topology
 
 
 def emulate(
@@ -71,13 +96,20 @@ def emulate(
     topology: str | None = None,
 ) -> Topology:
     """Emulate a slice: `devices` cores (default `XLASIM_DEVICES`) in `processes` worker processes
-    (default `XLASIM_PROCESSES`, else 1: every core a thread of this process) on `hosts` hosts
-    (default `XLASIM_HOSTS`, else 1), or a named preset (`XLASIM_TOPOLOGY`, see `xlasim topologies`).
+    (default `XLASIM_PROCESSES`, else one per core, as on TPU v4+; 1: every core a thread of this
+    process, the fast mode) on `hosts` hosts (default `XLASIM_HOSTS`, else 1), or a named preset
+    (`XLASIM_TOPOLOGY`, see `xlasim topologies`).
 
     Call before the first use of an XLA device. Calling again with the same slice is a no-op.
     """
     global _topology
     wanted = _requested_topology(devices, processes, hosts, topology)
+    if _world is not None and wanted != _world.topology:
+        raise RuntimeAlreadyStartedError(
+            f"emulation already started a world of {_world.topology.describe()}, so it cannot "
+            f"become {wanted.describe()}: choose the slice once, before the first launch "
+            f"(xlasim.emulate, {DEVICES_ENV}/{PROCESSES_ENV}, or the pytest/xlasim run options)"
+        )
     platform = os.environ.get("PJRT_DEVICE", "CPU")
     if platform.split("_")[0] != "CPU":
         raise XlasimError(
@@ -93,9 +125,7 @@ def emulate(
 
     if torch_xla._XLAC._xla_runtime_is_initialized():
         started = torch_xla._XLAC._xla_get_devices()
-        if wanted.threaded and (
-            len(started) != count or not all(d.startswith("CPU") for d in started)
-        ):
+        if len(started) != count or not all(d.startswith("CPU") for d in started):
             raise RuntimeAlreadyStartedError(
                 f"the XLA runtime already started with {len(started)} device(s) {started[:4]}, "
                 f"so it cannot emulate {count}. Activate emulation before the first use of an XLA "
@@ -106,6 +136,10 @@ def emulate(
         _choose_devices(count)
     _topology = wanted
     patches.install()
+    if not wanted.threaded:
+        from .processes import zygote
+
+        zygote()  # its imports overlap this process's own
     return _topology
 
 
@@ -114,15 +148,19 @@ def _requested_topology(
 ) -> Topology:
     name = name or os.environ.get(TOPOLOGY_ENV)
     if name:
-        return preset(name)
+        return _check_fits(preset(name))
     count = _requested(devices)
-    return Topology(count, _whole(processes, PROCESSES_ENV), _whole(hosts, HOSTS_ENV))
+    return _check_fits(
+        Topology(count, _whole(processes, PROCESSES_ENV), _whole(hosts, HOSTS_ENV) or 1)
+    )
 
 
-def _whole(value: int | None, env: str) -> int:
+def _whole(value: int | None, env: str) -> int | None:
     if value is not None:
         return value
-    raw = os.environ.get(env, "1")
+    raw = os.environ.get(env)
+    if raw is None:
+        return None
     try:
         return int(raw)
     except ValueError:
@@ -132,9 +170,10 @@ def _whole(value: int | None, env: str) -> int:
 def enter_worker(topology: Topology, host: int) -> None:
     """Mark this process as a worker of a multi-process world on emulated host `host` (its
     ranks are its threads)."""
-    global _topology, _process_host
+    global _topology, _process_host, _in_worker
     _topology = topology
     _process_host = host
+    _in_worker = True
 
 
 def process_host() -> int:
@@ -164,6 +203,12 @@ def topology() -> Topology:
 def world() -> World:
     """The warm world of emulated ranks, started on first use (and closed at exit)."""
     global _world
+    if _in_worker:
+        raise XlasimError(
+            "a launch from a worker process outside any rank: the launching script was imported "
+            "there to find the function to run, and it launches when imported. Put the launch "
+            'under `if __name__ == "__main__":` (xmp.spawn on a TPU VM needs that too).'
+        )
     if _world is None or _world.topology != topology():
         if _world is None:
             atexit.register(close_world)

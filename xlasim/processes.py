@@ -1,12 +1,19 @@
-"""Ranks in worker processes: one process per group of cores, hosts with their own filesystems.
+"""Ranks in worker processes: the launching process's side of a multi-process world.
 
 TPU v4+ runs one process per chip and v2/v3 hosts run 4 processes x 2 cores; bugs that rely on
 shared Python globals, a shared CPU RNG or one filesystem stay invisible when every rank is a
-thread of one process. Here each worker process holds `cores_per_process` rank threads on its own
-XLA CPU devices, and the rendezvous stays where it is: the `Run` objects live in the parent, and
-worker ranks call them through a `multiprocessing.managers` server (a stdlib transport, on a Unix
-socket: no ports), so mismatch, deadlock, timeout and failure semantics are exactly the threaded
-ones. Each emulated host gets its own temporary directory as working directory.
+thread of one process. Here each worker process (`worker.py`) holds `cores_per_process` rank
+threads on its own XLA CPU client, and the rendezvous stays where it is: the `Run` of each
+launch lives in this process, and every worker rank reaches it over its own Unix-socket link,
+served here by a thread of its own. Mismatch, deadlock, timeout and failure semantics are
+therefore exactly the threaded ones; payloads cross through shared memory
+(`shared_payloads.py`), so only the bytes of a collective are copied, once.
+
+Workers are forked from a zygote: a process that imported torch, torch_xla and xlasim once and
+never starts an XLA runtime (multiprocessing's forkserver with a preload), so a worker starts in
+a fraction of a second instead of paying the ~5 s import, and a stuck worker is replaced as
+quickly. The zygote is started as soon as emulation is chosen, so its imports overlap the
+launching process's own.
 """
 
 from __future__ import annotations
@@ -14,31 +21,55 @@ from __future__ import annotations
 import itertools
 import os
 import pickle
+import secrets
 import shutil
 import sys
 import tempfile
 import threading
-from collections.abc import Callable
+import time
+import types
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from multiprocessing import get_context
-from multiprocessing.connection import Connection
-from multiprocessing.managers import BaseManager
+from multiprocessing.connection import Connection, Listener
 from typing import Any
 
+from . import shared_payloads, worker
 from .errors import WorldAbortedError, XlasimError
-from .run import Call, Run, RunObjects
+from .run import Run
 from .topology import Topology
 
 STARTUP_TIMEOUT_S = 180.0
 REPLY_TIMEOUT_S = 10.0
-HOST_ROOT_ENV = "XLASIM_HOST_ROOT"
+#: Imported once by the zygote, inherited by every worker it forks.
+PRELOAD = ["torch", "torch_xla", "torch_xla.core.xla_model", "numpy", "xlasim.worker"]
+
+_zygote_lock = threading.Lock()
 
 
-class _Registry:
-    """The parent-side endpoint of worker ranks: forwards each call to the Run of its job."""
+def zygote():
+    """The forkserver context workers are forked from, started (once) without waiting."""
+    context = get_context("forkserver")
+    with _zygote_lock:
+        context.set_forkserver_preload(PRELOAD)
+        from multiprocessing import forkserver
 
-    def __init__(self) -> None:
+        forkserver.ensure_running()
+    return context
+
+
+class _Links:
+    """The launching process's ends of the worker ranks' links: one serving thread per rank,
+    each forwarding its rank's calls to the `Run` of the current launch."""
+
+    def __init__(self, on_lost: Callable[[int], None]):
+        self.address = f"\0xlasim-{os.getpid()}-{secrets.token_hex(8)}"  # abstract: no file
+        self.authkey = os.urandom(32)
+        self._listener = Listener(self.address, family="AF_UNIX", authkey=self.authkey)
         self._runs: dict[int, Run] = {}
         self._lock = threading.Lock()
+        self._on_lost = on_lost
+        threading.Thread(target=self._accept, name="xlasim-links", daemon=True).start()
 
     def open(self, job: int, run: Run) -> None:
         with self._lock:
@@ -48,6 +79,21 @@ class _Registry:
         with self._lock:
             self._runs.pop(job, None)
 
+    def shutdown(self) -> None:
+        self._listener.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                connection = self._listener.accept()
+            except (OSError, EOFError):
+                return  # listener closed
+            except Exception:
+                continue  # a client that failed authentication
+            threading.Thread(
+                target=self._serve, args=(connection,), name="xlasim-link", daemon=True
+            ).start()
+
     def _run(self, job: int) -> Run:
         with self._lock:
             run = self._runs.get(job)
@@ -55,218 +101,154 @@ class _Registry:
             raise WorldAbortedError(XlasimError(f"job {job} is over"))
         return run
 
-    def gather(
-        self,
-        job: int,
-        rank: int,
-        participants: tuple[int, ...],
-        call: Call,
-        payload: Any,
-        combine: Callable | None,
-    ) -> Any:
-        return self._run(job).gather(rank, participants, call, payload, combine)
+    def _serve(self, connection: Connection) -> None:
+        _, rank = connection.recv()
+        receiver, sender = shared_payloads.Receiver(), shared_payloads.Sender()
+        try:
+            while True:
+                request, payload = receiver.receive(connection)
+                try:
+                    answer = self._answer(rank, request, payload)
+                except BaseException as error:  # the rank raises it, as a thread would
+                    sender.send(connection, ("error", _portable(error)), None)
+                    continue
+                sender.send(connection, ("ok", None), answer)
+                if answer is not None:
+                    answer.release()
+        except (EOFError, OSError):
+            self._on_lost(rank)  # the worker process went away
+        finally:
+            connection.close()
 
-    def send(self, job: int, rank: int, channel: Any, call: Call, payload: Any) -> None:
-        self._run(job).send(rank, channel, call, payload)
-
-    def receive(self, job: int, rank: int, channel: Any, call: Call) -> tuple[Call, Any]:
-        return self._run(job).receive(rank, channel, call)
-
-    def finish(
-        self, job: int, rank: int, result: Any, error: BaseException | None, traceback_text: str
-    ) -> None:
-        self._run(job).finish(rank, result, error, traceback_text)
-
-
-_REGISTRY = _Registry()
-
-
-class _Manager(BaseManager):
-    pass
-
-
-_Manager.register("registry", callable=lambda: _REGISTRY)
-
-
-class RunClient(RunObjects):
-    """A worker rank's handle on its job: rendezvous calls go to the parent; `shared` objects are
-    per process, since on a real slice processes share nothing but collectives."""
-
-    def __init__(self, job: int, size: int, topology: Topology, registry: Any, store_port: int):
-        super().__init__()
-        self.job = job
-        self.size = size
-        self.topology = topology
-        self._registry = registry
-        self._store_port = store_port
-
-    def gather(self, rank, participants, call, payload, combine=None):
-        return self._registry.gather(
-            self.job, rank, tuple(participants), call, _owned(payload), combine
-        )
-
-    def send(self, rank, channel, call, payload):
-        self._registry.send(self.job, rank, channel, call, _owned(payload))
-
-    def receive(self, rank, channel, call):
-        return self._registry.receive(self.job, rank, channel, call)
-
-    def finish(
-        self,
-        rank: int,
-        result: Any = None,
-        error: BaseException | None = None,
-        traceback_text: str = "",
-    ) -> None:
-        if error is None and not _picklable(result):
-            error = XlasimError(
-                f"rank {rank} returned an object that cannot be pickled to the "
-                f"parent process: {type(result).__name__}"
-            )
-            result = None
-        if error is not None and not _picklable(error):
-            error = XlasimError(f"{type(error).__name__}: {error}")
-        self._registry.finish(self.job, rank, result, error, traceback_text)
-
-    def store(self):
-        import torch.distributed as dist
-
-        def connect():
-            client = dist.TCPStore("127.0.0.1", self._store_port, is_master=False)
-            return dist.PrefixStore(f"job{self.job}", client)
-
-        return self.shared("dist-store", connect)
+    def _answer(self, rank: int, request: tuple, payload: Any) -> shared_payloads.Message | None:
+        kind, job = request[0], request[1]
+        run = self._run(job)
+        if kind == "gather":
+            _, _, participants, call, combine = request
+            encoded = _encoding(combine, len(participants))
+            return run.gather(rank, participants, call, payload, encoded)
+        if kind == "send":
+            _, _, channel, call = request
+            run.send(rank, channel, call, payload)
+            return None
+        if kind == "receive":
+            _, _, channel, call = request
+            return shared_payloads.encode(run.receive(rank, channel, call))
+        if kind == "finish":
+            _, _, error, traceback_text = request
+            run.finish(rank, payload, error, traceback_text)
+            return None
+        raise XlasimError(f"unknown request {kind!r} from rank {rank}")
 
 
-def _owned(payload: Any) -> Any:
-    """Payloads hold views of this process's device buffers: send copies of them instead."""
-    import torch
+def _encoding(combine: Callable | None, participants: int) -> Callable[[list], Any]:
+    """The rendezvous' combine, followed by encoding its result once for every participant."""
 
-    if isinstance(payload, torch.Tensor):
-        return payload.clone()
-    if isinstance(payload, list):
-        return [_owned(item) for item in payload]
-    return payload
+    def combine_and_encode(payloads: list) -> shared_payloads.Message:
+        result = combine(payloads) if combine is not None else payloads
+        return shared_payloads.encode(result).share(participants)
+
+    return combine_and_encode
 
 
-def _picklable(value: Any) -> bool:
+def _portable(error: BaseException) -> BaseException:
     try:
-        pickle.dumps(value)
+        pickle.dumps(error)
+        return error
     except Exception:
-        return False
-    return True
+        return XlasimError(f"{type(error).__name__}: {error}")
 
 
-def _worker_main(
-    process: int,
-    topology: Topology,
-    address: Any,
-    authkey: bytes,
-    control: Connection,
-    host_root: str,
-    store_port: int,
-) -> None:
-    """Entry point of a worker process: start its rank threads, then serve the parent's requests."""
-    os.environ["PJRT_DEVICE"] = "CPU"
-    os.environ["CPU_NUM_DEVICES"] = str(topology.cores_per_process)
-    os.environ[HOST_ROOT_ENV] = host_root
-    os.chdir(host_root)
-    from . import activation, fresh, patches
-    from .threads import RankThread
+class _RecordingPickler(pickle.Pickler):
+    """Notes whether anything is pickled by reference to `__main__` (the launching script)."""
 
-    activation.enter_worker(topology, topology.host_of(process * topology.cores_per_process))
-    patches.install()
-    manager = _Manager(address=address, authkey=authkey)
-    manager.connect()
-    registry = manager.registry()
-    first = process * topology.cores_per_process
-    ranks = {
-        first + i: RankThread(first + i, f"xla:{i}") for i in range(topology.cores_per_process)
-    }
-    control.send(("ready", process))
-    fresh_environment = dict(os.environ)
-    while True:
-        message = control.recv()
-        if message[0] == "job":
-            _, job, size, payload = message
-            fresh.restore_environment(fresh_environment)
-            fresh.reseed_cpu_generators()
-            jobs = _load_jobs(payload)
-            client = RunClient(job, size, topology, registry, store_port)
-            for rank, (fn, args, kwargs) in jobs.items():
-                ranks[rank].submit(client, fn, args, kwargs)
-        elif message[0] == "where":
-            control.send(("where", {r: (t.location(), t.stack()) for r, t in ranks.items()}))
-        elif message[0] == "stop":
-            return
+    def __init__(self, file: Any):
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.uses_main = False
+
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, (type, types.FunctionType)) and obj.__module__ == "__main__":
+            self.uses_main = True
+        return NotImplemented
 
 
-def _job_payload(paths: list[str], jobs: dict) -> bytes:
+def _pickle_jobs(jobs: dict) -> tuple[bytes, str | None]:
+    import io
+
+    buffer = io.BytesIO()
+    pickler = _RecordingPickler(buffer)
     try:
-        return pickle.dumps((paths, pickle.dumps(jobs)))
+        pickler.dump(jobs)
     except Exception as error:
         raise XlasimError(
             "the function and its arguments must be picklable to run in worker processes "
-            f"(as with xmp.spawn on a TPU VM): {error}"
+            f"(as with xmp.spawn on a TPU VM): {type(error).__name__}: {error}"
         ) from error
+    main = sys.modules.get("__main__")
+    main_path = getattr(main, "__file__", None) if pickler.uses_main else None
+    return buffer.getvalue(), main_path
 
 
-def _load_jobs(payload: bytes) -> dict[int, tuple[Callable[..., Any], tuple, dict]]:
-    """Per-rank jobs, unpickled after adopting the parent's import path (test modules live there)."""
-    paths, jobs = pickle.loads(payload)
-    for path in reversed(paths):
-        if path not in sys.path:
-            sys.path.insert(0, path)
-    return pickle.loads(jobs)
+@contextmanager
+def _main_left_alone() -> Iterator[None]:
+    """Start a worker without multiprocessing importing the launching script into it: that
+    would run the script's module-level code before the worker is set up. Each job imports the
+    script itself, when its function lives there (`worker._import_main`)."""
+    main = sys.modules["__main__"]
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = main
 
 
 class _Process:
     """One worker process and the pipe that controls it."""
 
-    def __init__(
-        self,
-        index: int,
-        topology: Topology,
-        address: Any,
-        authkey: bytes,
-        host_root: str,
-        store_port: int,
-    ):
-        self.index = index
-        self.ranks = range(
-            index * topology.cores_per_process, (index + 1) * topology.cores_per_process
-        )
-        self.control, child = get_context("spawn").Pipe()
-        self.process = get_context("spawn").Process(
-            target=_worker_main,
-            name=f"xlasim-process-{index}",
+    def __init__(self, spec: worker.WorkerSpec):
+        context = zygote()
+        self.index = spec.process
+        per_process = spec.topology.cores_per_process
+        self.ranks = range(spec.process * per_process, (spec.process + 1) * per_process)
+        self.control, child = context.Pipe()
+        self.process = context.Process(
+            target=worker.main,
+            name=f"xlasim-process-{spec.process}",
             daemon=True,
-            args=(index, topology, address, authkey, child, host_root, store_port),
+            args=(spec, child),
         )
-        self.process.start()
+        with _main_left_alone():
+            self.process.start()
         child.close()
         self.lock = threading.Lock()
         self.ready = False
 
     def wait_ready(self) -> None:
         """Block until the worker has started its ranks (at once if it already has)."""
-        if self.ready:
-            return
-        if not self.control.poll(STARTUP_TIMEOUT_S):
-            raise XlasimError(
-                f"worker process {self.index} did not start within {STARTUP_TIMEOUT_S:g} s"
-            )
-        try:
-            self.control.recv()
-        except EOFError:
-            raise XlasimError(
-                f"worker process {self.index} died while starting (exit code {self.process.exitcode})"
-            ) from None
-        self.ready = True
+        with self.lock:
+            if self.ready:
+                return
+            if not self.control.poll(STARTUP_TIMEOUT_S):
+                raise XlasimError(
+                    f"worker process {self.index} did not start within {STARTUP_TIMEOUT_S:g} s"
+                )
+            try:
+                self.control.recv()
+            except EOFError:
+                self.process.join(5)
+                raise XlasimError(
+                    f"worker process {self.index} died while starting (exit code "
+                    f"{self.process.exitcode}); its output above says why"
+                ) from None
+            self.ready = True
+
+    def send(self, message: tuple) -> None:
+        with self.lock:
+            self.control.send(message)
 
     def where(self) -> dict[int, tuple[str, str]]:
         with self.lock:
-            if not self.process.is_alive():
+            if not self.ready or not self.process.is_alive():
                 return {}
             self.control.send(("where",))
             if not self.control.poll(REPLY_TIMEOUT_S):
@@ -286,61 +268,64 @@ class ProcessRanks:
         import torch.distributed as dist
 
         self.topology = topology
-        authkey = os.urandom(32)
-        manager = _Manager(address=None, authkey=authkey)
-        self._server = manager.get_server()
-        threading.Thread(
-            target=self._server.serve_forever, name="xlasim-rendezvous", daemon=True
-        ).start()
+        self._lost: set[int] = set()
+        self._links = _Links(self._lost.add)
         self._store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
-        self._host_roots = [
-            tempfile.mkdtemp(prefix=f"xlasim-host{h}-") for h in range(topology.hosts)
+        # The launching host works in the launching directory; every other host has its own.
+        self._host_roots: list[str | None] = [None] + [
+            tempfile.mkdtemp(prefix=f"xlasim-host{h}-") for h in range(1, topology.hosts)
         ]
-        self._start = lambda p: _Process(
-            p,
-            topology,
-            self._server.address,
-            authkey,
-            self._host_roots[p // topology.processes_per_host],
-            self._store.port,
-        )
         self._processes = [self._start(p) for p in range(topology.processes)]
         for process in self._processes:
             process.wait_ready()
         self._jobs = itertools.count()
         self._job: int | None = None
 
-    @property
-    def host_roots(self) -> list[str]:
-        """Each emulated host's filesystem root (its worker processes' working directory)."""
-        return list(self._host_roots)
+    def _start(self, index: int) -> _Process:
+        spec = worker.WorkerSpec(
+            process=index,
+            topology=self.topology,
+            address=self._links.address,
+            authkey=self._links.authkey,
+            host_root=self._host_roots[index // self.topology.processes_per_host],
+            store_port=self._store.port,
+        )
+        return _Process(spec)
 
     def dispatch(self, run: Run, jobs: list[tuple[Callable[..., Any], tuple, dict]]) -> None:
         job = next(self._jobs)
         self._job = job
-        _REGISTRY.open(job, run)
-        paths = list(sys.path)
-        payloads = {}
-        for process in self._processes:
+        self._links.open(job, run)
+        dead = [p.index for p in self._processes if not p.process.is_alive()]
+        if dead:  # died between launches: start afresh rather than send it a job
+            self.recover([self._processes[i].ranks.start for i in dead])
+        involved = [p for p in self._processes if p.ranks.start < len(jobs)]
+        specs = {}
+        for process in involved:
             mine = {r: jobs[r] for r in process.ranks if r < len(jobs)}
-            if mine:
-                payloads[process.index] = _job_payload(paths, mine)
-        for index, payload in payloads.items():
-            process = self._processes[index]
+            data, main_path = _pickle_jobs(mine)
+            specs[process.index] = worker.JobSpec(
+                job, len(jobs), data, list(sys.path), dict(os.environ), os.getcwd(), main_path
+            )
+        for process in involved:  # every worker ready before any rank starts waiting on others
             process.wait_ready()
-            with process.lock:
-                process.control.send(("job", job, len(jobs), payload))
+        for process in involved:
+            process.send(("job", specs[process.index]))
 
     def check(self, run: Run) -> None:
         """Abort the run when a worker process died under its ranks."""
         for process in self._processes:
-            if not process.process.is_alive():
-                run.abort(
-                    XlasimError(
-                        f"worker process {process.index} (ranks {list(process.ranks)}) died with exit "
-                        f"code {process.process.exitcode}"
-                    )
+            if process.ranks.start >= run.size:
+                continue  # not in this (sub-)world
+            if process.process.is_alive() and not self._lost.intersection(process.ranks):
+                continue
+            process.process.join(0.5)
+            run.abort(
+                XlasimError(
+                    f"worker process {process.index} (ranks {list(process.ranks)}) died with exit "
+                    f"code {process.process.exitcode}"
                 )
+            )
 
     def location(self, rank: int) -> str:
         return self._where(rank)[0]
@@ -354,23 +339,29 @@ class ProcessRanks:
 
     def finished(self, run: Run) -> None:
         if self._job is not None:
-            _REGISTRY.close(self._job)
+            self._links.close(self._job)
 
     def recover(self, stuck: list[int]) -> None:
-        """Processes with ranks still busy after an abort are replaced by fresh ones, which
-        start in the background: the next dispatch waits for them."""
-        for index in sorted({self.topology.process_of(r) for r in stuck}):
+        """Processes with ranks still busy after an abort (or gone) are replaced by fresh ones,
+        which start in the background: the next dispatch waits for them."""
+        gone = {self.topology.process_of(r) for r in self._lost}
+        for index in sorted({self.topology.process_of(r) for r in stuck} | gone):
             self._processes[index].stop()
+            self._lost.difference_update(self._processes[index].ranks)
             self._processes[index] = self._start(index)
 
     def close(self) -> list[int]:
         """Stop every worker process (terminated if it does not stop by itself)."""
+        deadline = time.monotonic() + 5
         for process in self._processes:
-            with process.lock:
-                if process.process.is_alive():
-                    process.control.send(("stop",))
-            process.process.join(5)
+            if process.process.is_alive():
+                with suppress(OSError):
+                    process.send(("stop",))
+        for process in self._processes:
+            process.process.join(max(0.0, deadline - time.monotonic()))
             process.stop()
+        self._links.shutdown()
         for root in self._host_roots:
-            shutil.rmtree(root, ignore_errors=True)
+            if root is not None:
+                shutil.rmtree(root, ignore_errors=True)
         return []

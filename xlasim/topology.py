@@ -20,15 +20,23 @@ DEFAULT_GENERATION = "v5e"
 @dataclass(frozen=True)
 class Topology:
     """A slice of `devices` cores in `processes` processes on `hosts` hosts, of a TPU
-    `generation` (what the slice answers to hardware queries, see `identity.py`)."""
+    `generation` (what the slice answers to hardware queries, see `identity.py`).
+
+    `processes` defaults to one per core, as on TPU v4 and later (one process per chip): every
+    rank has its own Python globals, environment and CPU generators. `processes=1` puts every
+    core in one process as threads (torch_xla's CPU runtime): faster, but ranks share those.
+    """
 
     devices: int
-    processes: int = 1
+    processes: int | None = None
     hosts: int = 1
     generation: str = DEFAULT_GENERATION
 
     def __post_init__(self) -> None:
         from .identity import GENERATIONS
+
+        if self.processes is None:
+            object.__setattr__(self, "processes", self.devices)
 
         if self.generation not in GENERATIONS:
             raise DeviceCountError(
@@ -91,7 +99,7 @@ class Topology:
 
 #: Common slices, by the names Cloud TPU uses. Cores are TensorCores as torch_xla counts devices.
 PRESETS: dict[str, tuple[Topology, str]] = {
-    "cpu-8": (Topology(8), "torch_xla's CPU runtime: one process, a thread per device"),
+    "cpu-8": (Topology(8, 1), "torch_xla's CPU runtime: one process, a thread per device"),
     "v2-8": (Topology(8, 4, generation="v2"), "TPU v2 host: 4 processes x 2 cores"),
     "v3-8": (Topology(8, 4, generation="v3"), "TPU v3 host: 4 processes x 2 cores"),
     "v4-8": (Topology(4, 4, generation="v4"), "TPU v4 host: 4 chips, one process per chip"),

@@ -10,9 +10,10 @@ import torch
 import torch.distributed as dist
 import torch_xla
 import torch_xla.core.xla_model as xm
-import torch_xla.distributed.xla_multiprocessing as xmp
 import torch_xla.runtime as xr
 from torch_xla._internal import pjrt
+
+import xlasim
 
 
 def ordinal_and_tag(tag):
@@ -26,17 +27,17 @@ def test_run_multiprocess_returns_results_by_ordinal(world):
     assert pjrt.run_multiprocess(ordinal_and_tag, tag="kw")[5] == (5, 8, "kw")
 
 
-def test_spawn_threads_and_pjrt_spawn_pass_the_index(world):
-    seen = {}
+def record_index_and_sum(index, tag, directory):
+    ones = torch.ones(1, device=torch_xla.device())
+    total = xm.all_reduce(xm.REDUCE_SUM, ones).cpu().item()
+    (directory / f"{tag}-{index}").write_text(f"{xr.global_ordinal()} {total:g}")
 
-    def fn(index, tag):
-        ones = torch.ones(1, device=torch_xla.device())
-        seen[index] = (xr.global_ordinal(), tag, xm.all_reduce(xm.REDUCE_SUM, ones).cpu().item())
 
-    pjrt.spawn_threads(fn, args=("threads",))
-    assert seen == {rank: (rank, "threads", 8.0) for rank in range(8)}
-    pjrt.spawn(fn, args=("spawn",))
-    assert seen[7] == (7, "spawn", 8.0)
+def test_spawn_threads_and_pjrt_spawn_pass_the_index(world, tmp_path):
+    pjrt.spawn_threads(record_index_and_sum, args=("threads", tmp_path))
+    pjrt.spawn(record_index_and_sum, args=("spawn", tmp_path))
+    seen = {path.name: path.read_text() for path in tmp_path.iterdir()}
+    assert seen == {f"{tag}-{r}": f"{r} 8" for tag in ("threads", "spawn") for r in range(8)}
 
 
 def join_process_group_and_reduce(index):
@@ -54,16 +55,24 @@ def test_each_launch_gets_fresh_torch_distributed_state(world):
     assert not dist.is_initialized()
 
 
-def test_ranks_environment_changes_end_with_the_launch(world):
-    def fn(index):
-        os.environ["XLASIM_TEST_LEFTOVER"] = str(index)
-        os.environ.pop("XLASIM_TEST_KEPT", None)
+def change_environment(index):
+    seen = (os.environ.get("XLASIM_TEST_KEPT"), os.environ.get("XLASIM_TEST_LEFTOVER"))
+    xm.rendezvous("read")  # ranks that are threads share os.environ: all read before any writes
+    os.environ["XLASIM_TEST_LEFTOVER"] = str(index)
+    os.environ.pop("XLASIM_TEST_KEPT", None)
+    return seen
 
+
+def test_ranks_environment_changes_end_with_the_launch(world):
+    """Ranks start with the launching process's environment; what they change dies with them
+    (with ranks as threads, `os.environ` is restored when the launch ends)."""
     os.environ["XLASIM_TEST_KEPT"] = "yes"
     try:
-        xmp.spawn(fn)
-        assert "XLASIM_TEST_LEFTOVER" not in os.environ
-        assert os.environ["XLASIM_TEST_KEPT"] == "yes"
+        for launch_world in (world, xlasim.world()):
+            for _ in range(2):
+                assert launch_world.run(change_environment) == [("yes", None)] * 8
+            assert "XLASIM_TEST_LEFTOVER" not in os.environ
+            assert os.environ["XLASIM_TEST_KEPT"] == "yes"
     finally:
         os.environ.pop("XLASIM_TEST_KEPT", None)
 

@@ -49,13 +49,14 @@ def test_several_failing_ranks_each_keep_their_traceback(world):
     assert "bad input on 6" in caught.value.tracebacks[6]
 
 
-def test_spawn_surfaces_rank_exceptions_to_the_caller(world):
-    def fn(index):
-        if index == 2:
-            raise RuntimeError("spawned rank failed")
+def fail_on_rank_two(index):
+    if index == 2:
+        raise RuntimeError("spawned rank failed")
 
+
+def test_spawn_surfaces_rank_exceptions_to_the_caller(world):
     with pytest.raises(xlasim.RankFailedError, match="spawned rank failed") as caught:
-        xmp.spawn(fn)
+        xmp.spawn(fail_on_rank_two)
     assert caught.value.ranks == [2]
 
 
@@ -182,7 +183,7 @@ def test_misuse_has_clear_errors(world):
         xlasim.emulate(devices=10**7)
     with pytest.raises(xlasim.DeviceCountError, match="emulates 8 cores"):
         world.run(lambda r: r, size=9)
-    with pytest.raises(xlasim.RuntimeAlreadyStartedError, match="already started with 8"):
+    with pytest.raises(xlasim.RuntimeAlreadyStartedError, match="already started"):
         xlasim.emulate(devices=4)
     with pytest.raises(ValueError, match="nprocs"):
         xmp.spawn(lambda i: i, nprocs=4)

@@ -51,20 +51,21 @@ def test_outside_a_rank_there_is_no_context(world):
     assert len(xm.get_xla_supported_devices()) == world.size
 
 
-def test_spawn_and_launch_run_every_rank_with_args(world):
-    seen = []
+def record_launch(index, tag, directory):
+    """What a rank tells its launcher through the filesystem (its only channel on a TPU VM)."""
+    (directory / f"{tag}-{index}").write_text(str(xr.world_size()))
 
-    def fn(index, tag):
-        seen.append((index, tag, xr.world_size()))
 
-    xmp.spawn(fn, args=("spawn",))
-    torch_xla.launch(fn, args=("launch",))
-    xmp.spawn(fn, args=("single",), nprocs=1)
-    assert sorted(seen) == sorted(
-        [(i, "spawn", 8) for i in range(8)]
-        + [(i, "launch", 8) for i in range(8)]
-        + [(0, "single", 1)]
-    )
+def test_spawn_and_launch_run_every_rank_with_args(world, tmp_path):
+    xmp.spawn(record_launch, args=("spawn", tmp_path))
+    torch_xla.launch(record_launch, args=("launch", tmp_path))
+    xmp.spawn(record_launch, args=("single", tmp_path), nprocs=1)
+    seen = {path.name: path.read_text() for path in tmp_path.iterdir()}
+    assert seen == {
+        **{f"spawn-{i}": "8" for i in range(8)},
+        **{f"launch-{i}": "8" for i in range(8)},
+        "single-0": "1",
+    }
 
 
 def test_world_is_warm_threads_are_reused(world):

@@ -83,11 +83,24 @@ def test_cli_reports_rank_failures_and_exits_nonzero(tmp_path):
         "import torch_xla\n"
         "def fn(i):\n"
         "    if i == 2: raise ValueError('broken on two')\n"
-        "torch_xla.launch(fn)\n"
+        "if __name__ == '__main__':\n"
+        "    torch_xla.launch(fn)\n"
     )
     done = python("-m", "xlasim", "run", "--devices", "4", str(script))
     assert done.returncode == 1
-    assert "RankFailedError[ValueError]: rank 2 of 4 raised ValueError: broken on two" in done.stderr
+    assert (
+        "RankFailedError[ValueError]: rank 2 of 4 raised ValueError: broken on two" in done.stderr
+    )
+
+
+def test_a_script_that_launches_when_imported_is_told_to_guard_it(tmp_path):
+    """Ranks in their own processes import the launching script to find its function (as
+    xmp.spawn's processes do on a TPU VM), so a launch at import time must be guarded."""
+    script = tmp_path / "unguarded.py"
+    script.write_text("import torch_xla\ndef fn(i):\n    pass\ntorch_xla.launch(fn)\n")
+    done = python("-m", "xlasim", "run", "--devices", "2", str(script))
+    assert done.returncode == 1
+    assert 'Put the launch under `if __name__ == "__main__":`' in done.stderr
 
 
 def test_runtime_started_with_another_count_is_a_clear_error():
@@ -101,15 +114,27 @@ def test_runtime_started_with_another_count_is_a_clear_error():
     assert "xlasim.emulate(devices=4) first thing" in done.stderr
 
 
-@pytest.mark.parametrize("devices", [64])
-def test_world_of_64_cores_completes_an_all_reduce(devices):
-    code = (
-        "import xlasim, torch\n"
-        f"xlasim.emulate(devices={devices})\n"
-        "import torch_xla, torch_xla.core.xla_model as xm\n"
-        "out = xlasim.world().run(lambda r: xm.all_reduce('sum', torch.full((1024,), float(r), device=torch_xla.device()))[0].item())\n"
-        "print(sorted(set(out)), len(out))\n"
-    )
-    done = python("-c", code)
+WORLD_OF_64 = """
+import sys
+import torch, torch_xla
+import torch_xla.core.xla_model as xm
+import xlasim
+
+def rank_sum(rank):
+    value = torch.full((1024,), float(rank), device=torch_xla.device())
+    return xm.all_reduce("sum", value)[0].item()
+
+if __name__ == "__main__":
+    xlasim.emulate(devices=int(sys.argv[1]), processes=int(sys.argv[2]))
+    out = xlasim.world().run(rank_sum)
+    print(sorted(set(out)), len(out))
+"""
+
+
+@pytest.mark.parametrize("processes", [64, 1], ids=["isolated", "threads"])
+def test_world_of_64_cores_completes_an_all_reduce(tmp_path, processes):
+    script = tmp_path / "world_of_64.py"
+    script.write_text(WORLD_OF_64)
+    done = python(str(script), "64", str(processes))
     assert done.returncode == 0, done.stderr[-3000:]
-    assert f"[{float(sum(range(devices)))}] {devices}" in done.stdout
+    assert f"[{float(sum(range(64)))}] 64" in done.stdout

@@ -40,7 +40,7 @@ class Settings:
     devices: int | None
     backend: str
     timeout: float
-    #: Worker processes holding the cores (None: 1, every core a thread of the pytest process).
+    #: Worker processes holding the cores (None: one per core, as on TPU v4+).
     processes: int | None = None
     #: Emulated hosts the processes are spread over (None: 1).
     hosts: int | None = None
@@ -53,7 +53,7 @@ class Settings:
         """The emulated slice asked for (cores default to 8)."""
         if self.topology:
             return preset(self.topology)
-        return Topology(self.devices or DEFAULT_DEVICES, self.processes or 1, self.hosts or 1)
+        return Topology(self.devices or DEFAULT_DEVICES, self.processes, self.hosts or 1)
 
     def describe_slice(self) -> str:
         """`v4-16: 2 hosts x 4 processes x 1 core = 8 cores`, or the counts alone."""
@@ -95,7 +95,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         metavar="P",
         help=f"worker processes holding the emulated cores, N/P each (env {PROCESSES_ENV}, "
-        "ini xla_processes; default 1: every core a thread of the pytest process)",
+        "ini xla_processes; default: one per core, as on TPU v4+; 1: every core a thread of "
+        "the pytest process, faster but ranks share globals and the CPU RNG)",
     )
     group.addoption(
         "--xla-hosts",
@@ -209,7 +210,7 @@ def resolve(config: pytest.Config) -> Settings:
         raise pytest.UsageError(f"xlasim: {error} (from --xla-timeout)") from None
     if name is None:
         try:
-            Topology(count or DEFAULT_DEVICES, processes or 1, hosts or 1)
+            Topology(count or DEFAULT_DEVICES, processes, hosts or 1)
         except XlasimError as error:
             raise pytest.UsageError(
                 f"xlasim: {error} (--xla-devices/--xla-processes/--xla-hosts)"

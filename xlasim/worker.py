@@ -1,0 +1,201 @@
+"""The worker process of a multi-process world: its rank threads and their link to the parent.
+
+A worker is forked from a preloaded zygote (see `processes.py`), holds `cores_per_process` rank
+threads on its own XLA CPU client, and serves its parent's control messages on its main thread:
+a job to run (one per launch), a request for its ranks' stacks (hang reports), stop. Each rank
+thread has its own connection to the parent, over which it meets the other ranks: the
+rendezvous (`Run`) lives in the parent, and payloads travel through shared memory.
+
+Every job starts the way a fresh TPU process would: with the launching process's environment
+and working directory (its host's, for other emulated hosts), fresh CPU generators, and the
+launching script importable as `__main__`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import pickle
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import Client, Connection
+from typing import Any
+
+from . import shared_payloads
+from .errors import XlasimError
+from .run import Call, RunObjects
+from .topology import Topology
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """What a worker needs to start: its place in the slice and how to reach the parent."""
+
+    process: int
+    topology: Topology
+    address: str
+    authkey: bytes
+    #: This worker's host's own directory (hosts other than the launching one), or None.
+    host_root: str | None
+    store_port: int
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One launch, as a worker receives it."""
+
+    job: int
+    size: int
+    #: Pickled `{rank: (fn, args, kwargs)}` for this worker's ranks.
+    jobs: bytes
+    sys_path: list[str]
+    environment: dict[str, str]
+    cwd: str
+    #: The launching script, when the job refers to functions of its `__main__`.
+    main_path: str | None
+
+
+class Link:
+    """A rank thread's connection to the parent's rendezvous."""
+
+    def __init__(self, spec: WorkerSpec, rank: int):
+        self.connection = Client(spec.address, family="AF_UNIX", authkey=spec.authkey)
+        self.connection.send(("hello", rank))
+        self._arena = shared_payloads.Arena()
+        self._sender = shared_payloads.Sender()
+        self._receiver = shared_payloads.Receiver()
+
+    def call(self, request: tuple, payload: Any = None, owned: bool = False) -> Any:
+        """Send a request (with a payload: through this rank's arena, or a new block when the
+        payload must outlive the call) and return the parent's answer."""
+        message = None
+        if payload is not None:
+            message = shared_payloads.encode(payload, None if owned else self._arena)
+        self._sender.send(self.connection, request, message)
+        if message is not None and owned:
+            message.release()
+        (status, error), value = self._receiver.receive(self.connection)
+        if status == "error":
+            raise error
+        return value
+
+
+class RunClient(RunObjects):
+    """A worker rank's handle on its launch: rendezvous calls go to the parent; `shared`
+    objects are per process, since on a real slice processes share nothing but collectives."""
+
+    def __init__(self, job: int, size: int, topology: Topology, links: dict[int, Link], port: int):
+        super().__init__()
+        self.job = job
+        self.size = size
+        self.topology = topology
+        self._links = links
+        self._store_port = port
+
+    def gather(self, rank, participants, call: Call, payload, combine=None):
+        request = ("gather", self.job, tuple(participants), call, combine)
+        return self._links[rank].call(request, payload)
+
+    def send(self, rank, channel, call: Call, payload) -> None:
+        self._links[rank].call(("send", self.job, channel, call), payload, owned=True)
+
+    def receive(self, rank, channel, call: Call):
+        return self._links[rank].call(("receive", self.job, channel, call))
+
+    def finish(self, rank, result=None, error=None, traceback_text: str = "") -> None:
+        if error is None and not _picklable(result):
+            error = XlasimError(
+                f"rank {rank} returned an object that cannot be pickled to the "
+                f"parent process: {type(result).__name__}"
+            )
+            result = None
+        if error is not None and not _picklable(error):
+            error = XlasimError(f"{type(error).__name__}: {error}")
+        self._links[rank].call(("finish", self.job, error, traceback_text), result, owned=True)
+
+    def store(self):
+        import torch.distributed as dist
+
+        def connect():
+            client = dist.TCPStore("127.0.0.1", self._store_port, is_master=False)
+            return dist.PrefixStore(f"job{self.job}", client)
+
+        return self.shared("dist-store", connect)
+
+
+def _picklable(value: Any) -> bool:
+    try:
+        pickle.dumps(value)
+    except Exception:
+        return False
+    return True
+
+
+def main(spec: WorkerSpec, control: Connection) -> None:
+    """Entry point of a worker process: start its rank threads, then serve the parent."""
+    topology = spec.topology
+    os.environ["PJRT_DEVICE"] = "CPU"
+    os.environ["CPU_NUM_DEVICES"] = str(topology.cores_per_process)
+    from . import activation, fresh, patches
+    from .threads import RankThread
+
+    first = spec.process * topology.cores_per_process
+    activation.enter_worker(topology, topology.host_of(first))
+    patches.install()
+    ranks = {
+        first + i: RankThread(first + i, f"xla:{i}") for i in range(topology.cores_per_process)
+    }
+    links = {rank: Link(spec, rank) for rank in ranks}
+    overrides = {"PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": str(topology.cores_per_process)}
+    control.send(("ready", spec.process))
+    while True:
+        try:
+            message = control.recv()
+        except (EOFError, OSError):  # the launching process is gone: so is this worker's reason
+            return
+        if message[0] == "job":
+            job: JobSpec = message[1]
+            fresh.restore_environment({**job.environment, **overrides})
+            os.chdir(spec.host_root or job.cwd)
+            fresh.reseed_cpu_generators()
+            client = RunClient(job.job, job.size, topology, links, spec.store_port)
+            try:
+                jobs = _load(job)
+            except BaseException as error:  # each rank reports it, as if its function raised
+                jobs = {rank: (_raise, (error,), {}) for rank in ranks if rank < job.size}
+            for rank, (fn, args, kwargs) in jobs.items():
+                ranks[rank].submit(client, fn, args, kwargs)
+        elif message[0] == "where":
+            control.send(("where", {r: (t.location(), t.stack()) for r, t in ranks.items()}))
+        elif message[0] == "stop":
+            return
+
+
+def _raise(error: BaseException) -> None:
+    raise error
+
+
+def _load(job: JobSpec) -> dict[int, tuple[Callable[..., Any], tuple, dict]]:
+    """Per-rank jobs, unpickled after adopting the parent's import path (test modules live
+    there) and, when they refer to it, its `__main__` script."""
+    for path in reversed(job.sys_path):
+        if path not in sys.path:
+            sys.path.insert(0, path)
+    if job.main_path is not None:
+        _import_main(job.main_path)
+    return pickle.loads(job.jobs)
+
+
+def _import_main(path: str) -> None:
+    """Import the launching script as `__mp_main__` (its `if __name__ == "__main__":` block does
+    not run), standing in for `__main__`, as multiprocessing's spawn does."""
+    current = sys.modules.get("__mp_main__")
+    if current is not None and getattr(current, "__file__", None) == path:
+        return
+    spec = importlib.util.spec_from_file_location("__mp_main__", path)
+    if spec is None or spec.loader is None:
+        raise XlasimError(f"cannot import the launching script {path} in a worker process")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["__mp_main__"] = sys.modules["__main__"] = module
+    spec.loader.exec_module(module)
