@@ -362,9 +362,12 @@ def test_missing_optional_package_but_not_a_module_of_the_test_tree(tmp_path: Pa
         NEEDS_PACKAGE,
         "needs torchvision (No module named 'torchvision')",
     )
-    own = "Traceback (most recent call last):\nModuleNotFoundError: No module named 'args_parse'\n"
-    (row,) = classify(job, _outcome(tmp_path, 1, own))
-    assert row.result == FAILED
+    for own in ("args_parse", f"{tmp_path.name}.pjrt"):  # a module of the tree, the tree itself
+        error = (
+            f"Traceback (most recent call last):\nModuleNotFoundError: No module named '{own}'\n"
+        )
+        (row,) = classify(job, _outcome(tmp_path, 1, error))
+        assert row.result == FAILED, own
 
 
 def test_a_crash_names_the_signal_and_xlas_fatal_line(tmp_path: Path) -> None:

@@ -132,12 +132,13 @@ def failure(job: Job, id: str, text: str, error: str) -> tuple[str, str]:
 
 def missing_package(text: str, root: Path) -> str | None:
     """The top-level package a ModuleNotFoundError names, unless it is part of the stack under
-    test or one of the test tree's own modules (then the test's path is wrong, a real failure)."""
+    test or of the test tree itself (its modules, or the tree as a package, `test.pjrt...`):
+    then the test's import path is wrong, a real failure."""
     for name in re.findall(r"ModuleNotFoundError: No module named '([\w.]+)'", text):
         top = name.split(".")[0]
-        if top in _STACK or (root / f"{top}.py").exists() or (root / top).is_dir():
-            continue
-        return top
+        own = top == root.name or (root / f"{top}.py").exists() or (root / top).is_dir()
+        if top not in _STACK and not own:
+            return top
     return None
 
 

@@ -111,9 +111,12 @@ def command(job: Job, slice: Slice, junit: Path) -> list[str]:
             *processes,
             str(job.path),
             f"--rootdir={job.root}",
-            # importlib: prepend mode would put the checkout's root on sys.path, and its
-            # torch_xla/ source folder would shadow the installed torch_xla.
-            "--import-mode=importlib",
+            # Prepend, pytest's default: test/ is a package, so the checkout's root goes on
+            # sys.path and a test module is `test.pjrt.test_x`, a name worker processes can
+            # import to unpickle launched functions (importlib mode makes up names they
+            # cannot). The checkout's torch_xla/ source folder does not shadow the installed
+            # one: xlasim's plugin imports torch_xla before collection.
+            "--import-mode=prepend",
             f"--junitxml={junit}",
             "-o",
             "junit_logging=all",
