@@ -101,7 +101,7 @@ def _broadcast(tensors: list[torch.Tensor], args: Args) -> list[torch.Tensor]:
     return tensors
 
 
-#: Per op: the emulated collective on this rank's host tensors (the fallback's copies).
+#: Per op: the emulated collective on this rank, on host copies of its inputs.
 _RUN: dict[str, Callable[[list[torch.Tensor], Args], list[torch.Tensor]]] = {
     "all_reduce": lambda ts, a: collectives.all_reduce(
         a["reduce_type"], ts, a["scale"], a["groups"]
@@ -151,6 +151,111 @@ def define(library: torch.library.Library) -> None:
     torch.library.register_fake(f"{NAMESPACE}::collective", _fake, lib=library)
 
 
+# ------------------------------------------------------------------------------ xm, traced
+
+Tensors = torch.Tensor | list[torch.Tensor]
+
+
+def _tensors(value: Tensors) -> tuple[list[torch.Tensor], bool]:
+    return ([value], True) if isinstance(value, torch.Tensor) else (list(value), False)
+
+
+def _copy_into(targets: Sequence[torch.Tensor], values: Sequence[torch.Tensor]) -> None:
+    with torch.no_grad():
+        for target, value in zip(targets, values):
+            target.copy_(value)
+
+
+def _deliver(results: list[torch.Tensor], output: Tensors | None, single: bool) -> Tensors:
+    if output is None:
+        return results[0] if single else results
+    _copy_into(_tensors(output)[0], results)
+    return output
+
+
+def all_reduce(reduce_type: str, inputs: Tensors, scale: float, groups: Any) -> Tensors:
+    """xm.all_reduce under dynamo: a list is reduced in place."""
+    tensors, single = _tensors(inputs)
+    results = call("all_reduce", tensors, reduce_type=reduce_type, scale=scale, groups=groups)
+    if single:
+        return results[0]
+    _copy_into(tensors, results)
+    return inputs
+
+
+def all_gather(value: Tensors, dim: int, groups: Any, output: Tensors | None) -> Tensors:
+    """xm.all_gather under dynamo."""
+    tensors, single = _tensors(value)
+    return _deliver(call("all_gather", tensors, dim=dim, groups=groups), output, single)
+
+
+def reduce_scatter(
+    reduce_type: str,
+    input: Tensors,
+    scale: float,
+    scatter_dim: int,
+    shard_count: int,
+    groups: Any,
+    output: Tensors | None,
+) -> Tensors:
+    """xm.reduce_scatter under dynamo."""
+    tensors, single = _tensors(input)
+    results = call(
+        "reduce_scatter",
+        tensors,
+        reduce_type=reduce_type,
+        scale=scale,
+        scatter_dim=scatter_dim,
+        shard_count=shard_count,
+        groups=groups,
+    )
+    return _deliver(results, output, single)
+
+
+def all_to_all(
+    value: torch.Tensor, split_dimension: int, concat_dimension: int, split_count: int, groups: Any
+) -> torch.Tensor:
+    """xm.all_to_all under dynamo."""
+    return call(
+        "all_to_all",
+        [value],
+        split_dimension=split_dimension,
+        concat_dimension=concat_dimension,
+        split_count=split_count,
+        groups=groups,
+    )[0]
+
+
+def collective_permute(value: torch.Tensor, pairs: Any) -> torch.Tensor:
+    """xm.collective_permute under dynamo."""
+    return call("collective_permute", [value], pairs=pairs)[0]
+
+
+def collective_broadcast(tensors: list[torch.Tensor], root_ordinal: int, groups: Any) -> None:
+    """xm.collective_broadcast under dynamo (in place)."""
+    values = call("collective_broadcast", list(tensors), root_ordinal=root_ordinal, groups=groups)
+    _copy_into(tensors, values)
+
+
+def _between_graphs(name: str) -> Callable[..., Any]:
+    """`collectives.<name>` run eagerly: dynamo breaks the graph at its call, as it does at
+    torch_xla's own version on a TPU (and refuses it, with this reason, under fullgraph=True)."""
+
+    def run(*args: Any) -> Any:
+        return getattr(collectives, name)(*args)
+
+    return torch.compiler.disable(
+        run,
+        reason=f"xm.{name} cannot be a node of a compiled graph (nor can torch_xla's on a TPU): it "
+        "runs eagerly between graphs; compile without fullgraph=True, or call it outside",
+    )
+
+
+send = _between_graphs("send")
+recv = _between_graphs("recv")
+xla_rendezvous = _between_graphs("xla_rendezvous")
+
+
 # ------------------------------------------------------------------------------ the openxla bridge
 
 
@@ -174,7 +279,7 @@ def _is_collective(node: torch.fx.Node) -> bool:
 
 
 _aten = torch.ops.aten
-#: Ops that only pass their input's data on (XLA traces them to no computation).
+#: Ops that at most move or convert their input's data (often no XLA computation at all).
 _PASS_THROUGH = frozenset(
     {
         operator.getitem,
@@ -237,82 +342,6 @@ def bridge_extract(original: Callable[..., Any]) -> Callable[..., Any]:
     return extract_compiled_graph
 
 
-# ------------------------------------------------------------------------------ xm, traced
-
-
-def _tensors(value: torch.Tensor | list[torch.Tensor]) -> tuple[list[torch.Tensor], bool]:
-    return ([value], True) if isinstance(value, torch.Tensor) else (list(value), False)
-
-
-def _copy_into(targets: Sequence[torch.Tensor], values: Sequence[torch.Tensor]) -> None:
-    with torch.no_grad():
-        for target, value in zip(targets, values):
-            target.copy_(value)
-
-
-def _deliver(results: list[torch.Tensor], output: Any, single: bool) -> Any:
-    if output is None:
-        return results[0] if single else results
-    _copy_into(_tensors(output)[0], results)
-    return output
-
-
-def all_reduce(reduce_type, inputs, scale=1.0, groups=None, pin_layout=True):
-    """xm.all_reduce under dynamo."""
-    tensors, single = _tensors(inputs)
-    results = call("all_reduce", tensors, reduce_type=reduce_type, scale=scale, groups=groups)
-    if single:
-        return results[0]
-    _copy_into(tensors, results)
-    return inputs
-
-
-def all_gather(value, dim=0, groups=None, output=None, pin_layout=True, *_ids):
-    """xm.all_gather under dynamo."""
-    tensors, single = _tensors(value)
-    return _deliver(call("all_gather", tensors, dim=dim, groups=groups), output, single)
-
-
-def reduce_scatter(
-    reduce_type, input, scale, scatter_dim, shard_count, groups=None, output=None, *_layout
-):
-    """xm.reduce_scatter under dynamo."""
-    tensors, single = _tensors(input)
-    results = call(
-        "reduce_scatter",
-        tensors,
-        reduce_type=reduce_type,
-        scale=scale,
-        scatter_dim=scatter_dim,
-        shard_count=shard_count,
-        groups=groups,
-    )
-    return _deliver(results, output, single)
-
-
-def all_to_all(value, split_dimension, concat_dimension, split_count, groups=None, *_layout):
-    """xm.all_to_all under dynamo."""
-    return call(
-        "all_to_all",
-        [value],
-        split_dimension=split_dimension,
-        concat_dimension=concat_dimension,
-        split_count=split_count,
-        groups=groups,
-    )[0]
-
-
-def collective_permute(value, pairs):
-    """xm.collective_permute under dynamo."""
-    return call("collective_permute", [value], pairs=pairs)[0]
-
-
-def collective_broadcast(tensors, root_ordinal=0, groups=None, *_layout):
-    """xm.collective_broadcast under dynamo (in place)."""
-    values = call("collective_broadcast", list(tensors), root_ordinal=root_ordinal, groups=groups)
-    _copy_into(tensors, values)
-
-
 # ------------------------------------------------------------------------------ dynamo in threads
 
 
@@ -337,6 +366,52 @@ def fx_tracing_check(original: Callable[[], bool]) -> Callable[[], bool]:
 
     is_fx_symbolic_tracing.__wrapped__ = original  # type: ignore[attr-defined]
     return is_fx_symbolic_tracing
+
+
+class _DynamicSetting:
+    """Compiled calls running with a `dynamic=` setting, and the settings to restore after."""
+
+    KEYS = ("assume_static_by_default", "automatic_dynamic_shapes")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.running = 0
+        self.saved: dict[str, Any] = {}
+
+
+def shared_dynamic_setting(original: Callable[[bool], Any]) -> Callable[[bool], Any]:
+    """Wrap `eval_frame.make_set_enable_dynamic`. A function compiled with `dynamic=True/False`
+    sets two process-wide dynamo settings for the length of each call, then restores what it
+    found. Ranks calling at once restore each other's values and leave the setting stuck (every
+    later compilation dynamic, say); here the settings found by the first call to start are
+    restored when the last one ends."""
+    import torch._dynamo.config as config
+
+    state = _DynamicSetting()
+
+    def make_set_enable_dynamic(enable: bool) -> Callable[[], Callable[[], None]]:
+        change = original(enable)
+
+        def shared_change() -> Callable[[], None]:
+            with state.lock:
+                if state.running == 0:
+                    state.saved = {key: getattr(config, key) for key in state.KEYS}
+                state.running += 1
+                change()  # its own revert would restore another rank's values
+
+            def revert() -> None:
+                with state.lock:
+                    state.running -= 1
+                    if state.running == 0:
+                        for key, value in state.saved.items():
+                            setattr(config, key, value)
+
+            return revert
+
+        return shared_change
+
+    make_set_enable_dynamic.__wrapped__ = original  # type: ignore[attr-defined]
+    return make_set_enable_dynamic
 
 
 # ------------------------------------------------------------------------------ installing
@@ -375,7 +450,8 @@ class Registrations(MutableMapping):
 
     def __delitem__(self, name: str) -> None:
         _, library, held = self._libraries.pop(name)
-        library._destroy()  # torch's only way to unregister; it forgets `held` keys too
+        library._destroy()  # torch's only way to unregister; it forgets `held` keys too,
+        library._op_impls.clear()  # and would again when the library is collected
         torch.library._impls.update(held)
 
     def __iter__(self) -> Iterator[str]:
@@ -392,6 +468,7 @@ def patches() -> list[tuple[Any, str, Any]]:
     """(owner, attribute, replacement) triples that make collectives work under torch.compile
     and refuse the XLA-level ones on ranks."""
     import torch._dynamo.config as dynamo_config
+    import torch._dynamo.eval_frame as eval_frame
     import torch.fx._symbolic_trace as fx_trace
     import torch_xla
     import torch_xla.core.dynamo_bridge as bridge
@@ -399,8 +476,9 @@ def patches() -> list[tuple[Any, str, Any]]:
     from . import activation, xla_level
 
     # Each rank thread compiles its own graphs (dynamo guards on the device): limits per
-    # function that hold for one TPU process hold here for all of this process's ranks.
-    ranks = activation.topology().cores_per_process
+    # function that hold for one TPU process must hold for every rank thread this process may
+    # hold (the launching process can hold a threaded world of its host's cores).
+    ranks = activation.topology().cores_per_host
     targets: list[tuple[Any, str, Any]] = [
         (registrations, "xlasim::collective", Registration(NAMESPACE, "DEF", "", define)),
         (
@@ -415,6 +493,11 @@ def patches() -> list[tuple[Any, str, Any]]:
             collector_run_node(bridge.UnsupportedNodesCollector.run_node),
         ),
         (fx_trace, "is_fx_symbolic_tracing", fx_tracing_check(fx_trace.is_fx_symbolic_tracing)),
+        (
+            eval_frame,
+            "make_set_enable_dynamic",
+            shared_dynamic_setting(eval_frame.make_set_enable_dynamic),
+        ),
         (dynamo_config, "recompile_limit", dynamo_config.recompile_limit * ranks),
         (
             dynamo_config,
@@ -426,22 +509,3 @@ def patches() -> list[tuple[Any, str, Any]]:
         original = getattr(torch_xla._XLAC, name)
         targets.append((torch_xla._XLAC, name, xla_level.refuse_on_ranks(name, original)))
     return targets
-
-
-def _between_graphs(name: str) -> Callable[..., Any]:
-    """`collectives.<name>` run eagerly: dynamo breaks the graph at its call, as it does at
-    torch_xla's own version on a TPU (and refuses it, with this reason, under fullgraph=True)."""
-
-    def run(*args: Any) -> Any:
-        return getattr(collectives, name)(*args)
-
-    return torch.compiler.disable(
-        run,
-        reason=f"xm.{name} cannot be a node of a compiled graph (nor can torch_xla's on a TPU): it "
-        "runs eagerly between graphs; compile without fullgraph=True, or call it outside",
-    )
-
-
-send = _between_graphs("send")
-recv = _between_graphs("recv")
-xla_rendezvous = _between_graphs("xla_rendezvous")

@@ -10,6 +10,8 @@ go through the emulated rendezvous instead of a no-op and a world-wide permute.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import suppress
 from typing import Any
 
 import torch
@@ -25,13 +27,26 @@ from .transfer import to_device, to_host
 _GROUP_NAME_STRIDE = 1_000_000
 
 
+class _GroupNames(dict):
+    """A rank's `pg_names` (group -> name), remembering every name it held: destroying the
+    world group empties it before torch unregisters the names from its process-wide table."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held: set[str] = set()
+
+    def __setitem__(self, group: Any, name: str) -> None:
+        self.held.add(name)
+        super().__setitem__(group, name)
+
+
 class _RankRegistry(c10d._World):
     """One rank's process-group registry (torch keeps these in module globals)."""
 
     def __init__(self, rank: int):
         super().__init__()
         self._pg_map: dict = {}
-        self._pg_names: dict = {}
+        self._pg_names = _GroupNames()
         self._pg_group_ranks: dict = {}
         self._pg_backend_config: dict = {}
         self._tags_to_pg: dict = {}
@@ -79,6 +94,22 @@ def _xla_rendezvous(url: str, timeout=None, **kwargs):
     ctx = context.require("init_process_group('xla')")
     store = ctx.run.store()
     yield (store, ctx.rank, ctx.world_size)
+
+
+def _unregister_all(original: Callable[[], None]) -> Callable[[], None]:
+    """`destroy_process_group()` unregisters every group name in the process; on a rank, only
+    the rank's own (the others' may still be in use: compiled collectives resolve them)."""
+
+    def unregister_all_process_groups() -> None:
+        if context.current() is None:
+            return original()
+        names = c10d._world.pg_names
+        for name in names.held:
+            with suppress(RuntimeError):  # already unregistered
+                c10d._unregister_process_group(name)
+        names.held.clear()
+
+    return unregister_all_process_groups
 
 
 def _ret_work(result: Any):
@@ -131,5 +162,10 @@ def patches() -> list[tuple[Any, str, Any]]:
         (ProcessGroupXla, "barrier", _barrier),
         (ProcessGroupXla, "send", _send),
         (ProcessGroupXla, "recv", _recv),
+        (
+            c10d,
+            "_unregister_all_process_groups",
+            _unregister_all(c10d._unregister_all_process_groups),
+        ),
         (handlers, "xla", _xla_rendezvous),
     ]

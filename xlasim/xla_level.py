@@ -44,14 +44,17 @@ def _reduce_type(reduce_op: str) -> str:
         ) from None
 
 
+def _world_size() -> int:
+    return context.require("a torch.distributed collective on XLA tensors").world_size
+
+
 def _ranks(group_name: str, group_size: int | None) -> list[int]:
     """The global ranks of a named process group. Names no group was registered under (torch_xla
     itself passes "") mean the first `group_size` ranks, or the world, as torch_xla's kernels do."""
-    ctx = context.require("a torch.distributed collective on XLA tensors")
     try:
         group = c10d._resolve_process_group(group_name)
     except RuntimeError:
-        return list(range(ctx.world_size if group_size is None else group_size))
+        return list(range(_world_size() if group_size is None else group_size))
     return dist.get_process_group_ranks(group)
 
 
@@ -60,7 +63,7 @@ def _groups(group_name: str, group_size: int | None = None) -> list[list[int]] |
     ranks = _ranks(group_name, group_size)
     if group_size is not None and group_size != len(ranks):
         raise ValueError(f"group_size={group_size}, but group {group_name!r} has ranks {ranks}")
-    return None if ranks == list(range(context.require("").world_size)) else [ranks]
+    return None if ranks == list(range(_world_size())) else [ranks]
 
 
 def _reduce(tensors: list[torch.Tensor], reduce_op: str, group_name: str) -> list[torch.Tensor]:
@@ -118,40 +121,18 @@ def _all_to_all_single(
     )[0]
 
 
-def _in_place(fn: Callable[..., list[torch.Tensor]]) -> Callable[..., Any]:
-    def kernel(inputs: Any, *args: Any) -> Any:
-        targets = [inputs] if isinstance(inputs, torch.Tensor) else inputs
-        with torch.no_grad():
-            for target, value in zip(targets, fn(list(targets), *args)):
-                target.copy_(value)
-        return inputs
-
-    return kernel
-
-
-def _gather_out(
-    input: torch.Tensor, group_size: int, group_name: str, *, out: torch.Tensor
-) -> torch.Tensor:
-    with torch.no_grad():
-        out.copy_(_gather([input], group_size, group_name)[0])
-    return out
-
-
-#: XLA kernels of `_c10d_functional` ops (all of them but wait_tensor, whose composite kernel
-#: returns tensors that have no pending work as they are).
+#: XLA kernels of the functional `_c10d_functional` ops. Not wait_tensor: its composite kernel
+#: returns a tensor with no pending work as it is. Not the in-place ones (all_reduce_, ...): XLA
+#: tensors go through functionalization, which refuses them before any XLA kernel is reached.
 C10D_KERNELS: dict[str, Callable[..., Any]] = {
     "all_reduce": lambda t, op, name: _reduce([t], op, name)[0],
-    "all_reduce_": _in_place(_reduce),
     "all_reduce_coalesced": _reduce,
-    "all_reduce_coalesced_": _in_place(_reduce),
     "all_gather_into_tensor": lambda t, size, name: _gather([t], size, name)[0],
     "all_gather_into_tensor_coalesced": _gather,
-    "all_gather_into_tensor_out": _gather_out,
     "reduce_scatter_tensor": lambda t, op, size, name: _scatter([t], op, size, name)[0],
     "reduce_scatter_tensor_coalesced": _scatter,
     "all_to_all_single": _all_to_all_single,
     "broadcast": _broadcast,
-    "broadcast_": _in_place(lambda ts, src, name: [_broadcast(ts[0], src, name)]),
 }
 
 
