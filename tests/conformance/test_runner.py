@@ -24,6 +24,7 @@ from xlasim.conformance.classify import (
     SILENT_SKIP,
     Row,
     classify,
+    failure,
     first_error_line,
 )
 from xlasim.conformance.discovery import PYTEST, SCRIPT, Job, discover, modes
@@ -381,6 +382,24 @@ def test_a_crash_names_the_signal_and_xlas_fatal_line(tmp_path: Path) -> None:
     job = _job(tmp_path, mode=PYTEST)
     (row,) = classify(job, _outcome(tmp_path, -11, "", started=["a.py::test_1", "a.py::test_2"]))
     assert (row.id, row.reason) == ("a.py::test_2", "killed by SIGSEGV")
+
+
+def test_a_bare_assert_is_reported_with_its_line(tmp_path: Path) -> None:
+    message = (
+        "xlasim.world.RankFailedError[AssertionError]: ranks 0, 1, 2 of 3 raised AssertionError: "
+    )
+    quoted = (  # as pytest quotes a rank's traceback in junit
+        f"E           {message}\nE           Traceback (most recent call last):\n"
+        'E             File "/x/test/pjrt/test_ops.py", line 164, in _all_reduce\n'
+        "E               assert 'xla::AllReduce' in met.counter_names()\n"
+        "E           AssertionError\n"
+    )
+    job = _job(tmp_path, "pjrt/test_ops.py", PYTEST)
+    assert failure(job, "pjrt/test_ops.py::test_x", quoted, message) == (
+        FAILED,
+        "RankFailedError[AssertionError]: ranks 0-2 of 3 raised AssertionError at test_ops.py:164: "
+        "assert 'xla::AllReduce' in met.counter_names()",
+    )
 
 
 def test_first_error_line_prefers_xlasim_then_the_failing_test() -> None:

@@ -127,7 +127,39 @@ def failure(job: Job, id: str, text: str, error: str) -> tuple[str, str]:
         bug = KNOWN_BUGS.get(key)
         if bug and re.search(bug.signature, text):
             return KNOWN_BUG, f"{bug.reason} ({bug.link})"
-    return FAILED, error
+    error = _compact(error)
+    site = assertion_site(text) if re.search(r"AssertionError:?\s*$", error) else None
+    return FAILED, f"{error.rstrip(': ')} at {site}" if site else error
+
+
+def _compact(error: str) -> str:
+    """xlasim's rank failures, shorter: `RankFailedError[X]: ranks 0-7 of 8 raised X: ...`."""
+    error = re.sub(r"\bxlasim\.\w+\.(?=\w+Error)", "", error)
+
+    def span(match: re.Match[str]) -> str:
+        ranks = [int(r) for r in match.group(1).split(", ")]
+        contiguous = ranks == list(range(ranks[0], ranks[-1] + 1))
+        return f"ranks {ranks[0]}-{ranks[-1]}" if contiguous else match.group(0)
+
+    return re.sub(r"ranks (\d+(?:, \d+){2,})", span, error)
+
+
+def assertion_site(text: str) -> str | None:
+    """Where the first bare `assert` failed, as `file.py:LINE: code`: torch_xla's tests mostly
+    assert without a message, and "AssertionError" alone says nothing. Reads Python tracebacks,
+    also as pytest quotes them (lines prefixed `E `)."""
+    lines = [re.sub(r"^E {0,11}", "", line) for line in text.splitlines()]
+    for i, line in enumerate(lines):
+        if re.fullmatch(r"\s*AssertionError:?\s*", line):
+            frames = [j for j in range(i) if _FRAME.match(lines[j])]
+            if frames:
+                where = _FRAME.match(lines[frames[-1]])
+                code = lines[frames[-1] + 1].strip() if frames[-1] + 1 < i else ""
+                return f"{Path(where.group(1)).name}:{where.group(2)}: {code}".rstrip(": ")
+    return None
+
+
+_FRAME = re.compile(r'\s*File "([^"]+)", line (\d+), in ')
 
 
 def missing_package(text: str, root: Path) -> str | None:
