@@ -25,10 +25,10 @@ from xlasim.conformance.classify import (
     Row,
     classify,
     failure,
-    first_error_line,
 )
 from xlasim.conformance.discovery import PYTEST, SCRIPT, Job, discover, modes
 from xlasim.conformance.execution import Outcome
+from xlasim.conformance.reasons import first_error_line
 from xlasim.conformance.table import failing
 
 #: Two cores as threads of one process: the cheapest slice on which collectives mean something.
@@ -400,6 +400,22 @@ def test_a_bare_assert_is_reported_with_its_line(tmp_path: Path) -> None:
         "RankFailedError[AssertionError]: ranks 0-2 of 3 raised AssertionError at test_ops.py:164: "
         "assert 'xla::AllReduce' in met.counter_names()",
     )
+
+
+def test_a_pytest_process_that_dies_after_its_report_adds_a_crash_row(tmp_path: Path) -> None:
+    junit = tmp_path / "junit.xml"
+    junit.write_text(
+        '<testsuites><testsuite><testcase classname="t.T" name="test_a" time="1.5">'
+        '<properties><property name="xlasim_launches" value="1"/>'
+        '<property name="xlasim_collectives" value="{&quot;all_reduce&quot;: 2}"/></properties>'
+        "</testcase></testsuite></testsuites>"
+    )
+    job = _job(tmp_path, "t.py", PYTEST)
+    rows = classify(job, _outcome(tmp_path, -6, "Fatal Python error: Aborted\n", junit=junit))
+    assert [(r.id, r.result, r.reason) for r in rows] == [
+        ("t.py::T::test_a", PASSED, "1 launch, 2 collectives (all_reduce 2)"),
+        ("t.py", CRASHED, "killed by SIGABRT: Fatal Python error: Aborted"),
+    ]
 
 
 def test_first_error_line_prefers_xlasim_then_the_failing_test() -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-import signal
 import xml.etree.ElementTree as ET
 from collections import Counter
 from dataclasses import dataclass
@@ -21,6 +20,16 @@ from .discovery import SCRIPT, Job
 from .execution import Outcome
 from .expectations import HARDWARE_GATES, KNOWN_BUGS, NEEDS_TPU, NO_COLLECTIVES
 from .pytest_probe import COLLECTIVES, LAUNCHES
+from .reasons import (
+    assertion_site,
+    compact,
+    crash_reason,
+    first_error_line,
+    last_line,
+    line_of,
+    missing_package,
+    unittest_summary,
+)
 
 PASSED = "passed"
 FAILED = "failed"
@@ -34,10 +43,6 @@ KNOWN_BUG = "known bug"
 #: Results that fail the run (and a CI job gated on it).
 GATING = frozenset({FAILED, TIMED_OUT, CRASHED, SILENT_SKIP})
 
-#: Modules a test may need that are part of the stack under test: missing, they are a broken
-#: install, not an optional package.
-_STACK = frozenset({"torch", "torch_xla", "xlasim"})
-
 
 @dataclass(frozen=True)
 class Row:
@@ -50,7 +55,7 @@ class Row:
 
 def classify(job: Job, outcome: Outcome) -> list[Row]:
     if outcome.timed_out:
-        last = _last_line(outcome.output)
+        last = last_line(outcome.output)
         return [
             _row(
                 job,
@@ -73,12 +78,12 @@ def _script_row(job: Job, outcome: Outcome) -> Row:
     status, text = outcome.status, outcome.output
     crash = crash_reason(status, text)
     if crash:
-        return _row(job, CRASHED, outcome.seconds, crash + _unittest_summary(text))
+        return _row(job, CRASHED, outcome.seconds, crash + unittest_summary(text))
     if status != 0:
         error = first_error_line(text) or f"exit status {status}"
         result, reason = failure(job, job.rel, text, error)
         return _row(job, result, outcome.seconds, reason)
-    summary = _unittest_summary(text)
+    summary = unittest_summary(text)
     result, reason = _exit_zero(job, job.rel, text, outcome.report, summary, "exited 0")
     return _row(job, result, outcome.seconds, reason)
 
@@ -90,7 +95,7 @@ def _exit_zero(
     what its suite asks. `summary` (unittest's counts, or empty) ends every reason."""
     gate = HARDWARE_GATES.search(text)
     if gate:
-        return SILENT_SKIP, f"{verb} after printing {_line_of(text, gate.start())!r}{summary}"
+        return SILENT_SKIP, f"{verb} after printing {line_of(text, gate.start())!r}{summary}"
     if not job.needs_collectives:
         return PASSED, summary.lstrip("; ")
     if report is None:
@@ -127,126 +132,9 @@ def failure(job: Job, id: str, text: str, error: str) -> tuple[str, str]:
         bug = KNOWN_BUGS.get(key)
         if bug and re.search(bug.signature, text):
             return KNOWN_BUG, f"{bug.reason} ({bug.link})"
-    error = _compact(error)
+    error = compact(error)
     site = assertion_site(text) if re.search(r"AssertionError:?\s*$", error) else None
     return FAILED, f"{error.rstrip(': ')} at {site}" if site else error
-
-
-def _compact(error: str) -> str:
-    """xlasim's rank failures, shorter: `RankFailedError[X]: ranks 0-7 of 8 raised X: ...`."""
-    error = re.sub(r"\bxlasim\.\w+\.(?=\w+Error)", "", error)
-
-    def span(match: re.Match[str]) -> str:
-        ranks = [int(r) for r in match.group(1).split(", ")]
-        contiguous = ranks == list(range(ranks[0], ranks[-1] + 1))
-        return f"ranks {ranks[0]}-{ranks[-1]}" if contiguous else match.group(0)
-
-    return re.sub(r"ranks (\d+(?:, \d+){2,})", span, error)
-
-
-def assertion_site(text: str) -> str | None:
-    """Where the first bare `assert` failed, as `file.py:LINE: code`: torch_xla's tests mostly
-    assert without a message, and "AssertionError" alone says nothing. Reads Python tracebacks,
-    also as pytest quotes them (lines prefixed `E `)."""
-    lines = [re.sub(r"^E {0,11}", "", line) for line in text.splitlines()]
-    for i, line in enumerate(lines):
-        if re.fullmatch(r"\s*AssertionError:?\s*", line):
-            frames = [j for j in range(i) if _FRAME.match(lines[j])]
-            if frames:
-                where = _FRAME.match(lines[frames[-1]])
-                code = lines[frames[-1] + 1].strip() if frames[-1] + 1 < i else ""
-                return f"{Path(where.group(1)).name}:{where.group(2)}: {code}".rstrip(": ")
-    return None
-
-
-_FRAME = re.compile(r'\s*File "([^"]+)", line (\d+), in ')
-
-
-def missing_package(text: str, root: Path) -> str | None:
-    """The top-level package a ModuleNotFoundError names, unless it is part of the stack under
-    test or of the test tree itself (its modules, or the tree as a package, `test.pjrt...`):
-    then the test's import path is wrong, a real failure."""
-    for name in re.findall(r"ModuleNotFoundError: No module named '([\w.]+)'", text):
-        top = name.split(".")[0]
-        own = top == root.name or (root / f"{top}.py").exists() or (root / top).is_dir()
-        if top not in _STACK and not own:
-            return top
-    return None
-
-
-def crash_reason(status: int | None, text: str) -> str | None:
-    """Why the process died rather than exited: a signal, or a fatal error XLA or Python
-    reported (`F` log lines, "Check failed", "Fatal Python error")."""
-    fatal = _FATAL_LOG.search(text) or re.search(r"(Fatal Python error: .*)$", text, re.M)
-    if status is not None and status < 0:
-        try:
-            name = signal.Signals(-status).name
-        except ValueError:
-            name = f"signal {-status}"
-        return f"killed by {name}" + (f": {fatal.group(1).strip()}" if fatal else "")
-    return fatal.group(1).strip() if fatal else None
-
-
-def first_error_line(text: str) -> str | None:
-    """The line that best says what went wrong: xlasim's own report, else the first failing
-    unittest and its exception, else the first traceback's exception, else an absl/glog error."""
-    lines = text.splitlines()
-    for line in lines:
-        if line.startswith("xlasim: "):
-            return line[len("xlasim: ") :]
-    test = next((m.group(1) for m in map(_UNITTEST_FAILURE.match, lines) if m), None)
-    exception = _first_exception(lines)
-    if exception:
-        return f"{test}: {exception}" if test else exception
-    return next((m.group(1) for m in map(_error_log, lines) if m), None)
-
-
-_UNITTEST_FAILURE = re.compile(r"^(?:FAIL|ERROR): (\S+)")
-
-
-def _log_line(level: str) -> re.Pattern[str]:
-    """absl/glog lines of one level, in both prefixes seen: `E1123 18:19:00.5 123 file.cc:10] msg`
-    (absl) and `2026-11-23 18:19:00.5: E external/xla/file.cc:10] msg` (XLA's tsl logging)."""
-    return re.compile(
-        rf"^(?:{level}\d{{4}} [\d:.]+\s+\d+ |\d{{4}}-\d\d-\d\d [\d:.]+: {level} )\S+\] (.*)$", re.M
-    )
-
-
-_FATAL_LOG = _log_line("F")
-_ERROR_LOGS = (_log_line("E"), re.compile(r"^ERROR:[\w.]+:(.*)$"))  # and Python logging's
-
-
-def _error_log(line: str) -> re.Match[str] | None:
-    return next((m for m in (p.match(line) for p in _ERROR_LOGS) if m), None)
-
-
-def _first_exception(lines: list[str]) -> str | None:
-    for i, line in enumerate(lines):
-        if line.startswith("Traceback (most recent call last):"):
-            for after in lines[i + 1 :]:
-                if after and not after[0].isspace():
-                    return after.strip()
-    return None
-
-
-def _unittest_summary(text: str) -> str:
-    """unittest's verdict ("ran 4 tests: FAILED (failures=3)"), as a suffix for a reason (empty
-    when the output has none)."""
-    found = re.findall(r"^Ran (\d+) tests? in .*\n\s*\n((?:OK|FAILED).*)$", text, re.M)
-    if not found:
-        return ""
-    ran, verdict = found[-1]
-    return f"; ran {ran} tests: {verdict.strip()}"
-
-
-def _last_line(text: str) -> str:
-    return next((line.strip() for line in reversed(text.splitlines()) if line.strip()), "")
-
-
-def _line_of(text: str, offset: int) -> str:
-    start = text.rfind("\n", 0, offset) + 1
-    end = text.find("\n", offset)
-    return text[start : end if end >= 0 else len(text)].strip()
 
 
 def _pytest_rows(job: Job, outcome: Outcome) -> list[Row]:
@@ -262,9 +150,9 @@ def _pytest_rows(job: Job, outcome: Outcome) -> list[Row]:
         result, reason = failure(job, job.rel, text, error)
         return [_row(job, result, outcome.seconds, reason)]
     rows = [_case_row(job, case) for case in cases]
-    if status not in (0, 1):  # interrupted, internal or usage error: not every test ran
-        error = f"pytest exit status {status}: {first_error_line(text) or _last_line(text)}"
-        rows.append(_row(job, FAILED, outcome.seconds, error))
+    if status not in (0, 1):  # died at exit, or an internal or usage error: say so
+        error = crash or f"pytest exit status {status}: {first_error_line(text) or last_line(text)}"
+        rows.append(_row(job, CRASHED if crash else FAILED, outcome.seconds, error))
     return rows
 
 
