@@ -43,7 +43,7 @@ def _targets() -> list[tuple[Any, str, Any]]:
     import torch_xla.runtime as xr
     from torch_xla._internal import pjrt
 
-    from . import collectives, compiled, distributed, launch, queries
+    from . import collectives, compiled, distributed, launch, queries, seeding
 
     runtime_originals = {
         name: getattr(xr, name)
@@ -86,6 +86,7 @@ def _targets() -> list[tuple[Any, str, Any]]:
         (pjrt, "spawn_threads", launch.spawn_threads),
     ]
     targets += distributed.patches()
+    targets += seeding.patches()
     targets += compiled.patches()
     return targets
 

@@ -159,34 +159,21 @@ def _portable(error: BaseException) -> BaseException:
         return XlasimError(f"{type(error).__name__}: {error}")
 
 
-class _RecordingPickler(pickle.Pickler):
-    """Notes whether anything is pickled by reference to `__main__` (the launching script)."""
-
-    def __init__(self, file: Any):
-        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
-        self.uses_main = False
-
-    def reducer_override(self, obj: Any) -> Any:
-        if isinstance(obj, (type, types.FunctionType)) and obj.__module__ == "__main__":
-            self.uses_main = True
-        return NotImplemented
-
-
-def _pickle_jobs(jobs: dict) -> tuple[bytes, str | None]:
-    import io
-
-    buffer = io.BytesIO()
-    pickler = _RecordingPickler(buffer)
+def _pickle_jobs(jobs: dict) -> bytes:
     try:
-        pickler.dump(jobs)
+        return pickle.dumps(jobs, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as error:
         raise XlasimError(
             "the function and its arguments must be picklable to run in worker processes "
             f"(as with xmp.spawn on a TPU VM): {type(error).__name__}: {error}"
         ) from error
-    main = sys.modules.get("__main__")
-    main_path = getattr(main, "__file__", None) if pickler.uses_main else None
-    return buffer.getvalue(), main_path
+
+
+def _main_path() -> str | None:
+    """The launching script, which workers import (as multiprocessing's spawn does) so that
+    functions defined in it can be found, even inside payloads pickled by the caller."""
+    path = getattr(sys.modules.get("__main__"), "__file__", None)
+    return path if path and os.path.isfile(path) else None
 
 
 @contextmanager
@@ -303,9 +290,14 @@ class ProcessRanks:
         specs = {}
         for process in involved:
             mine = {r: jobs[r] for r in process.ranks if r < len(jobs)}
-            data, main_path = _pickle_jobs(mine)
             specs[process.index] = worker.JobSpec(
-                job, len(jobs), data, list(sys.path), dict(os.environ), os.getcwd(), main_path
+                job,
+                len(jobs),
+                _pickle_jobs(mine),
+                list(sys.path),
+                dict(os.environ),
+                os.getcwd(),
+                _main_path(),
             )
         for process in involved:  # every worker ready before any rank starts waiting on others
             process.wait_ready()

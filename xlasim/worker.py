@@ -13,10 +13,11 @@ launching script importable as `__main__`.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import pickle
+import runpy
 import sys
+import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Client, Connection
@@ -52,7 +53,7 @@ class JobSpec:
     sys_path: list[str]
     environment: dict[str, str]
     cwd: str
-    #: The launching script, when the job refers to functions of its `__main__`.
+    #: The launching script (its functions are pickled by reference to `__main__`).
     main_path: str | None
 
 
@@ -188,14 +189,11 @@ def _load(job: JobSpec) -> dict[int, tuple[Callable[..., Any], tuple, dict]]:
 
 
 def _import_main(path: str) -> None:
-    """Import the launching script as `__mp_main__` (its `if __name__ == "__main__":` block does
+    """Run the launching script as `__mp_main__` (its `if __name__ == "__main__":` block does
     not run), standing in for `__main__`, as multiprocessing's spawn does."""
     current = sys.modules.get("__mp_main__")
     if current is not None and getattr(current, "__file__", None) == path:
         return
-    spec = importlib.util.spec_from_file_location("__mp_main__", path)
-    if spec is None or spec.loader is None:
-        raise XlasimError(f"cannot import the launching script {path} in a worker process")
-    module = importlib.util.module_from_spec(spec)
+    module = types.ModuleType("__mp_main__")
+    module.__dict__.update(runpy.run_path(path, run_name="__mp_main__"))
     sys.modules["__mp_main__"] = sys.modules["__main__"] = module
-    spec.loader.exec_module(module)

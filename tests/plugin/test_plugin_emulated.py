@@ -6,7 +6,8 @@ starts, and each run costs a torch_xla import), then the checks below read its r
 
 
 def test_emulated_session(run_inner) -> None:
-    result, got = run_inner("inner_emulated.py", "--xla-devices=8")
+    # The threads mode: test_plugin_processes.py covers ranks in processes of their own.
+    result, got = run_inner("inner_emulated.py", "--xla-devices=8", "--xla-processes=1")
     expected = {
         "test_all_ranks_pass": "PASSED",
         "test_parametrize_on_sub_world[2]": "PASSED",

@@ -178,7 +178,8 @@ def test_topology_settings_and_their_precedence(clean_environment) -> None:
         settings = resolve(_Config(ini, **command_line))
         return settings.describe_slice(), settings.topology_on_command_line
 
-    assert slice_of() == ("1 host x 1 process x 8 cores = 8 cores", False)
+    assert slice_of() == ("1 host x 8 processes x 1 core = 8 cores", False)  # one per chip
+    assert slice_of(xla_processes=1)[0] == "1 host x 1 process x 8 cores = 8 cores"
     assert slice_of(xla_devices=8, xla_processes=8, xla_hosts=2)[0] == (
         "2 hosts x 4 processes x 1 core = 8 cores"
     )
