@@ -177,7 +177,8 @@ def multihost_records(tmp_path_factory) -> tuple[dict, list[dict], Path]:
     env = {**os.environ, "PJRT_DEVICE": "CPU", "PYTHONPATH": str(ROOT)}
     command = [sys.executable, "-m", "xlasim", "run", "--devices", "4", "--processes", "2"]
     command += ["--hosts", "2", str(MULTIHOST_PROGRAM), str(out)]
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    # Run where host 0's relative checkpoint may land (host 0 works in the launch directory).
+    done = subprocess.run(command, cwd=out, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, f"{' '.join(command)} failed:\n{done.stdout}\n{done.stderr}"
     result = json.loads(done.stdout.strip().splitlines()[-1])["launch_result"]
     records = [json.loads((out / f"rank-{r}.json").read_text()) for r in range(4)]
