@@ -25,17 +25,15 @@ class KnownBug:
 KNOWN_BUGS: dict[str, KnownBug] = {
     "test_mp_rendezvous.py": KnownBug(
         signature=r"ValueError: Only global rendezvous is supported",
-        reason="asks xm.rendezvous for half the replicas; since PJRT torch_xla accepts only "
-        "global rendezvous (xla_model.xla_rendezvous raises), so it fails on a TPU too; "
-        "upstream's run_tests.sh no longer runs it",
+        reason="rendezvous over half the replicas: torch_xla 2.9 allows only global ones, so it "
+        "fails on a TPU too (run_tests.sh no longer runs it)",
         link="https://github.com/pytorch/xla/blob/v2.9.0/torch_xla/core/xla_model.py#L1323",
     ),
     "test_train_mp_mnist_fsdp_with_ckpt.py": KnownBug(
         # consolidate_sharded_model_checkpoints' assertion when shards are still missing
         signature=r"Expecting \d+ files \(based on metadata in .*\) but got \d+ files",
-        reason="rank 0 consolidates the checkpoint shards right after its own xm.save, before "
-        "the other ranks finished writing theirs: xm.save(master_only=False) has no rendezvous "
-        "in 2.9 (the rendezvous comes after the consolidation)",
+        reason="rank 0 consolidates the shards before the other ranks finished writing them: "
+        "xm.save(master_only=False) has no rendezvous in 2.9",
         link="https://github.com/pytorch/xla/blob/v2.9.0/test/test_train_mp_mnist_fsdp_with_ckpt.py#L293-L300",
     ),
 }
@@ -43,10 +41,11 @@ KNOWN_BUGS: dict[str, KnownBug] = {
 #: Files or pytest ids whose ranks legitimately exchange nothing through collectives, with why.
 #: One here must still launch ranks to pass.
 NO_COLLECTIVES: dict[str, str] = {
+    # The negative control of test_broadcast_master_param: the test checks, on the per-rank
+    # results, that parameters differ when nothing synchronizes them.
     "pjrt/test_collective_ops_tpu.py::TestXMCollectiveOpsTpu::"
-    "test_broadcast_master_param_unsynchronized_parameters": "the negative control of "
-    "test_broadcast_master_param: without xm.broadcast_master_param the ranks' parameters must "
-    "differ, which the test checks on the per-rank results",
+    "test_broadcast_master_param_unsynchronized_parameters": "a control: unsynchronized "
+    "parameters must differ",
 }
 
 #: Output that proves a failure needs real TPU hardware, with the explanation shown.

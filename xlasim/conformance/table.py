@@ -12,7 +12,7 @@ from pathlib import Path
 from .classify import GATING, Row
 
 #: Longest reason shown in the table; the JSON keeps the whole reason.
-REASON_WIDTH = 160
+REASON_WIDTH = 210
 
 
 def failing(rows: Sequence[Row]) -> list[Row]:
