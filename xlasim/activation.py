@@ -104,11 +104,12 @@ def emulate(
     """
     global _topology
     wanted = _requested_topology(devices, processes, hosts, topology)
-    if _world is not None and wanted != _world.topology:
+    if _topology is not None and wanted != _topology:
         raise RuntimeAlreadyStartedError(
-            f"emulation already started a world of {_world.topology.describe()}, so it cannot "
-            f"become {wanted.describe()}: choose the slice once, before the first launch "
-            f"(xlasim.emulate, {DEVICES_ENV}/{PROCESSES_ENV}, or the pytest/xlasim run options)"
+            f"emulation already chose {_topology.describe()}, so it cannot become "
+            f"{wanted.describe()}: the slice is chosen once per process, before the first launch "
+            f"(by xlasim.emulate, {DEVICES_ENV}/{PROCESSES_ENV}, or the pytest/xlasim run options "
+            "that called it first)"
         )
     platform = os.environ.get("PJRT_DEVICE", "CPU")
     if platform.split("_")[0] != "CPU":
