@@ -92,7 +92,11 @@ def run_conformance(options: argparse.Namespace) -> int:
     root = options.test_dir.resolve()
     jobs = discover(root, options.suite, options.select)
     if not jobs:
-        print(f"xlasim conformance: no {options.suite} test files under {root}", file=sys.stderr)
+        matching = f" with {options.select!r} in their path" if options.select else ""
+        print(
+            f"xlasim conformance: no {options.suite} test files under {root}{matching}",
+            file=sys.stderr,
+        )
         return 2
     slice = Slice(options.devices, options.processes)
     rows: list[Row] = []
