@@ -20,6 +20,7 @@ from xlasim.conformance.classify import (
     FAILED,
     KNOWN_BUG,
     NEEDS_PACKAGE,
+    NEEDS_TPU_HARDWARE,
     PASSED,
     SILENT_SKIP,
     Row,
@@ -369,6 +370,18 @@ def test_missing_optional_package_but_not_a_module_of_the_test_tree(tmp_path: Pa
         )
         (row,) = classify(job, _outcome(tmp_path, 1, error))
         assert row.result == FAILED, own
+
+
+def test_a_pallas_kernel_failure_needs_a_tpu(tmp_path: Path) -> None:
+    output = (
+        "Traceback (most recent call last):\n"
+        '  File "/v/site-packages/torch_xla/experimental/custom_kernel.py", line 200, in flash\n'
+        "RuntimeError: Mosaic kernels cannot run on CPU\n"
+    )
+    (row,) = classify(_job(tmp_path), _outcome(tmp_path, 1, output))
+    assert row.result == NEEDS_TPU_HARDWARE and "Pallas" in row.reason
+    (row,) = classify(_job(tmp_path), _outcome(tmp_path, 1, "RuntimeError: TPU not found\n"))
+    assert row.result == FAILED  # saying "TPU" is not proof
 
 
 def test_a_crash_names_the_signal_and_xlas_fatal_line(tmp_path: Path) -> None:
