@@ -304,6 +304,8 @@ class Run(RunObjects):
                 {r: self._states[r].call for r in waiting}
             ).items()
         )
+        if running:
+            lines += f"\n  {rank_span(running)} had not reached a collective yet"
         if finished:
             lines += f"\n  {rank_span(finished)} returned from the function"
         if stranded:

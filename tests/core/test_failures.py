@@ -1,5 +1,6 @@
 """Failure semantics: every way a TPU slice would hang or die becomes a prompt, named error."""
 
+import re
 import threading
 import time
 
@@ -129,6 +130,40 @@ def test_rank_that_skips_a_collective_is_reported_at_once(world):
 
     with pytest.raises(xlasim.CollectiveMismatchError, match=r"missing ranks \[3\]"):
         world.run(fn)
+
+
+def test_a_skipped_collective_report_accounts_for_every_rank(world):
+    """Reported as soon as it is certain, while some ranks may still be on their way: every
+    rank appears in the report, waiting, on its way or returned."""
+
+    def fn(rank):
+        if rank == 7:
+            return
+        if rank in (2, 5):
+            time.sleep(0.5)  # still in user code when rank 7 returns
+        xm.all_reduce("sum", ones())
+
+    with pytest.raises(xlasim.CollectiveMismatchError) as caught:
+        world.run(fn)
+    accounted = ranks_named(str(caught.value).splitlines()[1:])
+    assert sorted(accounted) == list(range(8))  # each rank once: waiting, on its way or returned
+    assert accounted[7] == "returned from the function"
+    assert accounted[2] == accounted[5] == "had not reached a collective yet"
+
+
+def ranks_named(lines: list[str]) -> dict[int, str]:
+    """`  ranks 0-2, 5 wait in ...` lines of a report, as {rank: what the line says}."""
+    named = {}
+    for line in lines:
+        match = re.match(r"\s+ranks? ([\d, -]+?) (\D.*)", line)
+        if match is None:
+            continue
+        for part in match.group(1).split(", "):
+            first, _, last = part.partition("-")
+            for rank in range(int(first), int(last or first) + 1):
+                assert rank not in named, f"rank {rank} named twice"
+                named[rank] = match.group(2)
+    return named
 
 
 def test_recv_without_sender_is_a_deadlock(world):
