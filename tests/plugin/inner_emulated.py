@@ -86,6 +86,12 @@ def test_rank_needs_marker(xla_rank):
     pass
 
 
+@pytest.mark.xla(devices=2)
+@given(st.integers())
+def test_given_on_ranks(xla_rank, x):
+    pass
+
+
 def times_rank(x):
     return x * (xlasim.current().rank + 1)
 

@@ -20,6 +20,7 @@ def test_emulated_session(run_inner) -> None:
         "test_hangs": "FAILED",
         "test_after_the_hang": "PASSED",
         "test_rank_needs_marker": "ERROR",
+        "test_given_on_ranks": "ERROR",
         "test_hypothesis_through_world": "PASSED",
         "test_world_run_failure": "FAILED",
         "test_recompiling_loop": "FAILED",
@@ -72,3 +73,12 @@ def test_emulated_session(run_inner) -> None:
         ]
     )
     assert "[rank 0/4] -" not in result.stdout.str()  # passing ranks get no failure section
+    # @given on a per-rank test: xlasim's refusal, not Hypothesis' complaint about the
+    # function-scoped xla_rank fixture that the refusal makes moot.
+    result.stdout.fnmatch_lines(
+        [
+            "*_ ERROR at setup of test_given_on_ranks _*",
+            "*@pytest.mark.xla cannot be combined with Hypothesis' @given*",
+        ]
+    )
+    assert "function-scoped fixture" not in result.stdout.str()

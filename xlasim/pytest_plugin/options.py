@@ -124,77 +124,121 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 #: Where a value came from, most specific first.
 COMMAND_LINE, ENVIRONMENT, INI, UNSET = 3, 2, 1, 0
 
-
-def _source(config: pytest.Config, option: str, env: str, ini: str) -> tuple[str | None, int]:
-    value = getattr(config.known_args_namespace, option, None)
-    if value is not None:
-        return str(value), COMMAND_LINE
-    if os.environ.get(env):
-        return os.environ[env], ENVIRONMENT
-    value = config.getini(ini) or None
-    return (str(value), INI) if value is not None else (None, UNSET)
-
-
-def _pick(config: pytest.Config, option: str, env: str, ini: str) -> str | None:
-    return _source(config, option, env, ini)[0]
-
-
+#: The command-line flag of each setting (its ini key is the setting's own name).
 _FLAGS = {
     "xla_devices": "--xla-devices",
     "xla_processes": "--xla-processes",
     "xla_hosts": "--xla-hosts",
+    "xla_topology": "--xla-topology",
+    "xla_backend": "--xla-backend",
+    "xla_timeout": "--xla-timeout",
+}
+#: The settings that count the slice (a named topology competes with them as a whole).
+_COUNTS = ("xla_devices", "xla_processes", "xla_hosts")
+ENVIRONMENT_VARIABLES = {
+    "xla_devices": DEVICES_ENV,
+    "xla_processes": PROCESSES_ENV,
+    "xla_hosts": HOSTS_ENV,
+    "xla_topology": TOPOLOGY_ENV,
+    "xla_backend": BACKEND_ENV,
+    "xla_timeout": TEST_TIMEOUT_ENV,
 }
 
 
-def _whole(raw: str | None, option: str) -> int | None:
-    if raw is None:
+@dataclass(frozen=True)
+class Source:
+    """A setting's raw value, and where it came from (so an error blames the right place)."""
+
+    option: str
+    raw: str | None
+    level: int
+
+    @property
+    def name(self) -> str:
+        """`--xla-devices`, `XLASIM_DEVICES` or `ini xla_devices`, as the user wrote it."""
+        if self.level == ENVIRONMENT:
+            return ENVIRONMENT_VARIABLES[self.option]
+        if self.level == INI:
+            return f"ini {self.option}"
+        return _FLAGS[self.option]
+
+    def __str__(self) -> str:
+        """`--xla-devices=8`, `XLASIM_PROCESSES=3`, `ini xla_hosts=2`."""
+        return f"{self.name}={self.raw}"
+
+
+def _source(config: pytest.Config, option: str) -> Source:
+    value = getattr(config.known_args_namespace, option, None)
+    if value is not None:
+        return Source(option, str(value), COMMAND_LINE)
+    env = ENVIRONMENT_VARIABLES[option]
+    if os.environ.get(env):
+        return Source(option, os.environ[env], ENVIRONMENT)
+    value = config.getini(option) or None
+    return Source(option, str(value), INI) if value is not None else Source(option, None, UNSET)
+
+
+def _whole(source: Source) -> int | None:
+    if source.raw is None:
         return None
     try:
-        value = int(raw)
+        value = int(source.raw)
     except ValueError:
-        raise pytest.UsageError(f"xlasim: {_FLAGS[option]}={raw!r} is not a whole number") from None
+        raise pytest.UsageError(
+            f"xlasim: {source.name}={source.raw!r} is not a whole number"
+        ) from None
     if value < 1:
-        raise pytest.UsageError(f"xlasim: {_FLAGS[option]} must be at least 1, got {value}")
+        raise pytest.UsageError(f"xlasim: {source.name} must be at least 1, got {value}")
     return value
 
 
 def _slice(config: pytest.Config) -> tuple[int | None, int | None, int | None, str | None, bool]:
     """devices, processes, hosts, preset name, and whether the command line shaped the slice."""
-    counted = {
-        option: _source(config, option, env, option)
-        for option, env in (
-            ("xla_devices", DEVICES_ENV),
-            ("xla_processes", PROCESSES_ENV),
-            ("xla_hosts", HOSTS_ENV),
-        )
-    }
-    counts = {option: _whole(raw, option) for option, (raw, _) in counted.items()}
-    name, name_level = _source(config, "xla_topology", TOPOLOGY_ENV, "xla_topology")
+    counted = {option: _source(config, option) for option in _COUNTS}
+    counts = {option: _whole(source) for option, source in counted.items()}
+    named = _source(config, "xla_topology")
+    name, name_level = named.raw, named.level
     on_command_line = name_level == COMMAND_LINE or any(
-        level == COMMAND_LINE for option, (_, level) in counted.items() if option != "xla_devices"
+        source.level == COMMAND_LINE
+        for option, source in counted.items()
+        if option != "xla_devices"
     )
-    counts_level = max(level for _, level in counted.values())
+    counts_level = max(source.level for source in counted.values())
     if name is None or counts_level > name_level:
         if name is not None and name_level == ENVIRONMENT:
             os.environ.pop(TOPOLOGY_ENV)  # the core must not pick it up behind our back
+        _check_split(counted, counts)
         return (*counts.values(), None, on_command_line)
     try:
         chosen = preset(name)
     except XlasimError as error:
-        raise pytest.UsageError(f"xlasim: --xla-topology: {error}") from None
-    named = {
+        raise pytest.UsageError(f"xlasim: {named.name}: {error}") from None
+    preset_counts = {
         "xla_devices": chosen.devices,
         "xla_processes": chosen.processes,
         "xla_hosts": chosen.hosts,
     }
-    for option, (_, level) in counted.items():
-        if level == name_level and counts[option] != named[option]:
+    for option, source in counted.items():
+        if source.level == name_level and counts[option] != preset_counts[option]:
             raise pytest.UsageError(
-                f"xlasim: topology {name!r} is {chosen.describe()}, but {_FLAGS[option]} (or its "
-                f"environment/ini equivalent, at the same level) asks for {counts[option]}: give "
-                "either the preset or the counts"
+                f"xlasim: topology {name!r} is {chosen.describe()}, but {source.name} asks for "
+                f"{counts[option]} ({named.name} and {source.name} come from the same level): "
+                "give either the preset or the counts"
             )
     return chosen.devices, chosen.processes, chosen.hosts, name, on_command_line
+
+
+def _check_split(counted: dict[str, Source], counts: dict[str, int | None]) -> None:
+    """The counts make a slice (cores split evenly over processes, processes over hosts)."""
+    try:
+        Topology(
+            counts["xla_devices"] or DEFAULT_DEVICES,
+            counts["xla_processes"],
+            counts["xla_hosts"] or 1,
+        )
+    except XlasimError as error:
+        given = ", ".join(str(source) for source in counted.values() if source.raw is not None)
+        raise pytest.UsageError(f"xlasim: {error} ({given or 'the defaults'})") from None
 
 
 def resolve(config: pytest.Config) -> Settings:
@@ -202,24 +246,21 @@ def resolve(config: pytest.Config) -> Settings:
     if settings_key in config.stash:
         return config.stash[settings_key]
     count, processes, hosts, name, on_command_line = _slice(config)
-    backend = _pick(config, "xla_backend", BACKEND_ENV, "xla_backend") or "auto"
-    timeout = _pick(config, "xla_timeout", TEST_TIMEOUT_ENV, "xla_timeout")
+    backend = _source(config, "xla_backend")
+    if backend.raw is not None and backend.raw not in BACKENDS:
+        raise pytest.UsageError(
+            f"xlasim: {backend.name}={backend.raw!r} is not one of {', '.join(BACKENDS)}"
+        )
+    timeout = _source(config, "xla_timeout")
     try:
-        seconds = DEFAULT_TIMEOUT_S if timeout is None else float(timeout)
-    except ValueError as error:
-        raise pytest.UsageError(f"xlasim: {error} (from --xla-timeout)") from None
-    if name is None:
-        try:
-            Topology(count or DEFAULT_DEVICES, processes, hosts or 1)
-        except XlasimError as error:
-            raise pytest.UsageError(
-                f"xlasim: {error} (--xla-devices/--xla-processes/--xla-hosts)"
-            ) from None
-    if backend not in BACKENDS:
-        raise pytest.UsageError(f"xlasim: backend {backend!r} is not one of {', '.join(BACKENDS)}")
+        seconds = DEFAULT_TIMEOUT_S if timeout.raw is None else float(timeout.raw)
+    except ValueError:
+        raise pytest.UsageError(
+            f"xlasim: {timeout.name}={timeout.raw!r} is not a number of seconds"
+        ) from None
     if seconds <= 0:
-        raise pytest.UsageError(f"xlasim: --xla-timeout must be positive, got {seconds:g}")
+        raise pytest.UsageError(f"xlasim: {timeout.name} must be positive, got {seconds:g}")
     config.stash[settings_key] = Settings(
-        count, backend, seconds, processes, hosts, name, on_command_line
+        count, backend.raw or "auto", seconds, processes, hosts, name, on_command_line
     )
     return config.stash[settings_key]

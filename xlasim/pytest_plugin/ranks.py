@@ -125,17 +125,24 @@ def _what_did_not_pickle(
 
 
 @pytest.hookimpl(tryfirst=True)
-def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
-    if pyfuncitem.get_closest_marker("xla") is None:
-        return None
-    fn = pyfuncitem.obj
-    if getattr(fn, "is_hypothesis_test", False):
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Refuse @given on a per-rank test before anything else looks at it (Hypothesis' own
+    health check would complain first about the function-scoped `xla_rank` fixture)."""
+    marked = item.get_closest_marker("xla") is not None
+    if marked and getattr(getattr(item, "obj", None), "is_hypothesis_test", False):
         pytest.fail(
             "@pytest.mark.xla cannot be combined with Hypothesis' @given: each rank would draw "
             "its own examples. Leave the test unmarked and call xla_world.run(fn, example) from "
             "it, so every rank gets the example drawn in the parent.",
             pytrace=False,
         )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    if pyfuncitem.get_closest_marker("xla") is None:
+        return None
+    fn = pyfuncitem.obj
     kwargs = {arg: pyfuncitem.funcargs[arg] for arg in pyfuncitem._fixtureinfo.argnames}
     try:
         outcomes = run_ranks(
