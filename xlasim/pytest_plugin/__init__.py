@@ -7,8 +7,8 @@ when it loads the entry point (before any conftest.py is imported).
 
 pytest_plugins = [
     "xlasim.pytest_plugin.options",
+    "xlasim.pytest_plugin.markers",
     "xlasim.pytest_plugin.activation",
-    "xlasim.pytest_plugin.timeouts",
     "xlasim.pytest_plugin.fixtures",
     "xlasim.pytest_plugin.ranks",
     "xlasim.pytest_plugin.reporting",

@@ -150,15 +150,6 @@ def check_counts(
         raise XlaMetricsError("XLA performance bound exceeded: " + "; ".join(problems))
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers",
-        "xla_metrics(compilations=None, fallbacks=None): fail the test when the test call "
-        "compiles more distinct XLA graphs, or runs more aten:: CPU fallbacks (per rank on xla "
-        "tests), than allowed",
-    )
-
-
 @pytest.fixture
 def xla_metrics() -> XlaMetrics:
     """Counts XLA graph compilations and CPU fallbacks from here on; `check(...)` bounds them."""

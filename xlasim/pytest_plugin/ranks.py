@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from ..errors import XlasimError
+from . import markers
 from .activation import executor, run_ranks
 from .fixtures import RankPlaceholder, XlaRank
 from .outcomes import outcomes_key, settle
@@ -21,27 +22,6 @@ from .remote import NotPicklableError
 from .timeouts import timeout_for
 
 _SIZE_PARAM = "_xla_world_size"
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers",
-        "xla(devices=None): run the test body on every rank of the emulated (or real) slice; "
-        "devices=N for a sub-world of N cores, devices=[1, 2, 8] to parametrize over sizes",
-    )
-
-
-def _devices(marker: pytest.Mark) -> int | list[int] | None:
-    devices = marker.kwargs.get("devices", marker.args[0] if marker.args else None)
-    sizes = devices if isinstance(devices, (list, tuple)) else [devices]
-    if devices is not None and not all(
-        isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in sizes
-    ):
-        raise pytest.UsageError(
-            f"@pytest.mark.xla(devices={devices!r}): devices must be a positive whole number "
-            "or a list of them"
-        )
-    return list(devices) if isinstance(devices, (list, tuple)) else devices
 
 
 @pytest.fixture(autouse=True)
@@ -52,9 +32,9 @@ def _xla_world_size(request: pytest.FixtureRequest) -> int | None:
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     marker = metafunc.definition.get_closest_marker("xla")
-    if marker is None:
+    if not markers.checked(marker):  # a bad marker stops the collection (`markers`)
         return
-    devices = _devices(marker)
+    devices = markers.devices(marker)  # type: ignore[arg-type]
     if isinstance(devices, list):
         ids = [f"{n}dev" for n in devices]
         metafunc.parametrize(_SIZE_PARAM, devices, indirect=True, ids=ids)
@@ -65,7 +45,7 @@ def world_size(item: pytest.Item) -> int:
     callspec = getattr(item, "callspec", None)
     if callspec is not None and _SIZE_PARAM in callspec.params:
         return callspec.params[_SIZE_PARAM]
-    devices = _devices(item.get_closest_marker("xla"))  # type: ignore[arg-type]
+    devices = markers.devices(item.get_closest_marker("xla"))  # type: ignore[arg-type]
     return executor(item.config).size if devices is None else devices  # type: ignore[return-value]
 
 

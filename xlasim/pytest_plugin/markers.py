@@ -1,0 +1,136 @@
+"""The plugin's markers, and the check of their arguments at collection.
+
+- `xla(devices=None, timeout=None)`: the test body runs on every rank (`ranks`);
+- `xla_timeout(SECONDS)`: the bound on the test's runs (`timeouts`);
+- `xla_metrics(compilations=None, fallbacks=None)`: the performance lint (`metrics`).
+
+A marker takes any arguments at all, so a misspelt one (`device=4`, `devcies=[1, 2]`) or one
+given by position would silently change nothing: the test would run on every core with the
+session's timeout. Every collected test's markers are checked before anything runs; the
+problems are one usage error that names each test and says what the markers accept.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+#: What each marker accepts, as the usage error states it.
+ACCEPTS = {
+    "xla": "by keyword: devices=N or devices=[N, ...] (the cores to run on), "
+    "timeout=SECONDS (bound on the test's runs)",
+    "xla_timeout": "SECONDS (or seconds=SECONDS)",
+    "xla_metrics": "by keyword: compilations=N, fallbacks=N",
+}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for line in (
+        "xla(devices=None, timeout=None): run the test body on every rank of the emulated (or "
+        "real) slice; devices=N for a sub-world of N cores, devices=[1, 2, 8] to parametrize "
+        "over sizes; timeout=SECONDS bounds the test's runs (instead of --xla-timeout)",
+        "xla_timeout(seconds): bound on each per-rank run of this test (overrides --xla-timeout)",
+        "xla_metrics(compilations=None, fallbacks=None): fail the test when the test call "
+        "compiles more distinct XLA graphs, or runs more aten:: CPU fallbacks (per rank on xla "
+        "tests), than allowed",
+    ):
+        config.addinivalue_line("markers", line)
+
+
+def _whole(value: Any, least: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+
+def _seconds(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
+def _sizes(value: Any) -> bool:
+    if isinstance(value, (list, tuple)):
+        return bool(value) and all(_whole(n, 1) for n in value)
+    return _whole(value, 1)
+
+
+#: marker -> keyword -> (check, what a good value is).
+_KEYWORDS: dict[str, dict[str, tuple[Callable[[Any], bool], str]]] = {
+    "xla": {
+        "devices": (_sizes, "devices must be a positive whole number or a list of them"),
+        "timeout": (_seconds, "timeout must be a positive number of seconds"),
+    },
+    "xla_timeout": {"seconds": (_seconds, "seconds must be a positive number")},
+    "xla_metrics": {
+        "compilations": (lambda n: _whole(n, 0), "compilations must be a whole number >= 0"),
+        "fallbacks": (lambda n: _whole(n, 0), "fallbacks must be a whole number >= 0"),
+    },
+}
+
+
+def _written(mark: pytest.Mark) -> str:
+    """The marker as the user wrote it: `@pytest.mark.xla(device=4)`."""
+    arguments = [repr(a) for a in mark.args] + [f"{k}={v!r}" for k, v in mark.kwargs.items()]
+    return f"@pytest.mark.{mark.name}({', '.join(arguments)})"
+
+
+def problems(mark: pytest.Mark) -> list[str]:
+    """What is wrong with one of the plugin's markers' arguments (empty when nothing is)."""
+    keywords = _KEYWORDS[mark.name]
+    given = dict(mark.kwargs)
+    found = []
+    if mark.name == "xla_timeout" and mark.args:
+        if len(mark.args) > 1 or "seconds" in given:
+            found.append("takes one number of seconds")
+        given.setdefault("seconds", mark.args[0])
+    elif mark.args:
+        guesses = " or ".join(f"{name}={mark.args[0]!r}" for name in keywords)
+        found.append(f"arguments are given by keyword ({guesses}?)")
+    for name, value in given.items():
+        if name not in keywords:
+            close = difflib.get_close_matches(name, keywords, n=1)
+            found.append(
+                f"unknown argument {name!r}" + (f" (did you mean {close[0]}=?)" if close else "")
+            )
+            continue
+        check, what = keywords[name]
+        if not check(value):
+            found.append(what)
+    return found
+
+
+def devices(mark: pytest.Mark) -> int | list[int] | None:
+    """`devices=` of a checked `xla` marker: None (every core), a size, or a list of sizes."""
+    value = mark.kwargs.get("devices")
+    return list(value) if isinstance(value, (list, tuple)) else value
+
+
+def timeout(mark: pytest.Mark) -> float | None:
+    """The bound a checked `xla(timeout=...)` or `xla_timeout(...)` marker sets, if any."""
+    if mark.name == "xla":
+        value = mark.kwargs.get("timeout")
+    else:
+        value = mark.args[0] if mark.args else mark.kwargs.get("seconds")
+    return None if value is None else float(value)
+
+
+def checked(mark: pytest.Mark | None) -> bool:
+    """Whether a marker may be used (collection stops on bad ones; this is for hooks that run
+    while a test is still being collected, such as `pytest_generate_tests`)."""
+    return mark is not None and not problems(mark)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    reported: dict[str, None] = {}
+    names: dict[str, None] = {}
+    for item in items:
+        test = item.nodeid.partition("[")[0]  # one line per test function, not per parameter
+        for name in _KEYWORDS:
+            for mark in item.iter_markers(name):
+                for problem in problems(mark):
+                    reported[f"  {test}: {_written(mark)}: {problem}"] = None
+                    names[name] = None
+    if reported:
+        accepted = [f"@pytest.mark.{name} accepts {ACCEPTS[name]}" for name in names]
+        raise pytest.UsageError("\n".join(["xlasim: bad marker arguments:", *reported, *accepted]))
