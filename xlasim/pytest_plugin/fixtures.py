@@ -16,7 +16,7 @@ import pytest
 from ..context import current
 from .activation import executor, run_ranks
 from .options import resolve
-from .outcomes import results
+from .outcomes import WORLD_RUN_CONVENTION, RanksFailed, never_called, results
 from .timeouts import timeout_for
 
 if TYPE_CHECKING:
@@ -92,7 +92,14 @@ class XlaWorld:
         outcomes = run_ranks(
             self._config, fn, args, kwargs, size=size, timeout=self.timeout, item=self.item
         )
-        return results(outcomes)
+        try:
+            return results(outcomes)
+        except RanksFailed as failure:
+            if all(o.error is not None for o in outcomes) and never_called(
+                [o.error for o in outcomes], [o.traceback for o in outcomes]
+            ):
+                failure.hint = WORLD_RUN_CONVENTION
+            raise
 
     def __repr__(self) -> str:
         return f"<xla_world of {self.size} ranks>"

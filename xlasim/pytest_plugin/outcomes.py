@@ -8,6 +8,8 @@ on a TPU, a slice that hangs at the next collective, so it is reported as a fail
 
 from __future__ import annotations
 
+import re
+import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +20,7 @@ from _pytest.outcomes import Skipped, XFailed
 from xlasim.run import rank_span as span
 
 from ..errors import RankFailedError, XlasimError
+from .remote import PACKAGE_DIR
 
 
 @dataclass
@@ -50,7 +53,10 @@ class RankOutcome:
 
 
 class RanksFailed(RankFailedError):
-    """Raised by `xla_world.run` when ranks raised; carries every rank's outcome for the report."""
+    """Raised by `xla_world.run` when ranks raised; carries every rank's outcome for the report,
+    and a `hint` line the report adds (empty when there is nothing to add)."""
+
+    hint = ""
 
     def __init__(self, outcomes: Sequence[RankOutcome]):
         failing = [o for o in outcomes if o.error is not None]
@@ -63,6 +69,50 @@ class RanksFailed(RankFailedError):
         )
         self.outcomes = list(outcomes)
         self.__cause__ = first
+
+
+#: Python's own complaints when a call's arguments do not fit the function's parameters.
+_BINDING = re.compile(
+    r"^[\w.<>]+\(\) (takes |missing \d+ required |got an unexpected keyword argument "
+    r"|got multiple values for argument |got some positional-only arguments )"
+)
+
+
+#: The hint a report adds when a function met the other rank-argument convention.
+WORLD_RUN_CONVENTION = (
+    "xlasim: xla_world.run(fn, *args) calls fn(*args) on every rank, with no rank argument (as "
+    "torch_xla's pjrt.run_multiprocess does): fn asks xr.global_ordinal() or "
+    "xlasim.current().rank; xmp.spawn and xlasim.world().run are the ones that pass the rank"
+)
+CORE_RUN_CONVENTION = (
+    "xlasim: xmp.spawn(fn, args) and xlasim.world().run(fn, args) call fn(rank, *args) on every "
+    "rank; the xla_world fixture's run(fn, *args) is the one that calls fn(*args)"
+)
+
+
+def never_called(errors: Sequence[BaseException], tracebacks: Sequence[str]) -> bool:
+    """Whether every rank's call failed on its arguments before any of the function ran (a
+    `TypeError` from the call itself: no frame of user code in its traceback). That is the
+    sign of a function written for the other rank-argument convention."""
+    return bool(errors) and all(
+        type(error) is TypeError and _BINDING.match(str(error)) and not _user_frames(error, text)
+        for error, text in zip(errors, tracebacks)
+    )
+
+
+def _user_frames(error: BaseException, text: str) -> bool:
+    """Whether any frame outside xlasim ran, by the exception's own frames when it has them
+    (ranks in this process), else by its formatted traceback (ranks elsewhere)."""
+    if error.__traceback__ is not None:
+        return any(
+            not entry.filename.startswith(PACKAGE_DIR)
+            for entry in traceback.extract_tb(error.__traceback__)
+        )
+    return any(
+        not line.strip().removeprefix('File "').startswith(PACKAGE_DIR)
+        for line in text.splitlines()
+        if line.strip().startswith('File "')
+    )
 
 
 class InconsistentOutcomeError(XlasimError):

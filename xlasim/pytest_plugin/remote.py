@@ -330,7 +330,9 @@ def describe_failure(error: BaseException, style: FailureStyle) -> dict[str, Any
         error
     ):
         described["outcome"] = (type(error).__name__, error.args, dict(error.__dict__))
-    if not described["released"]:
+    # pytest's rendering only when user code ran: an error raised by the emulator's own call
+    # of the function (arguments that do not fit it) reads best as its one-line text.
+    if not described["released"] and _first_user_frame(error) is not None:
         try:
             failure_repr = _pytest_repr(error, style)
             pickle.dumps(failure_repr)
@@ -357,11 +359,16 @@ def portable_result(value: Any) -> Any:
         return f"<unpicklable {type(value).__name__}: {value!r:.200}>"
 
 
-def _traceback_text(error: BaseException) -> str:
+def _first_user_frame(error: BaseException) -> types.TracebackType | None:
     tb = error.__traceback__
     while tb is not None and tb.tb_frame.f_code.co_filename.startswith(PACKAGE_DIR):
-        tb = tb.tb_next  # start the report at the user's code, as pytest does
-    return "".join(traceback.format_exception(type(error), error, tb))
+        tb = tb.tb_next
+    return tb
+
+
+def _traceback_text(error: BaseException) -> str:
+    # start the report at the user's code, as pytest does
+    return "".join(traceback.format_exception(type(error), error, _first_user_frame(error)))
 
 
 def _pytest_repr(error: BaseException, style: FailureStyle) -> Any:

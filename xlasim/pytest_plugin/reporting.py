@@ -1,8 +1,10 @@
 """How xlasim shows up in pytest's output: the header line and per-rank failure sections.
 
-A failing per-rank test (or `xla_world.run` call) is reported once, with a section per failing
-rank (`[rank 3/8]`) holding that rank's traceback, cut to the test as pytest cuts its own, and
-the rank's captured output. Run-level failures (collective mismatch, deadlock, timeout) are
+A failing per-rank test (or `xla_world.run` call) is reported once, with a section per distinct
+failure (`[rank 3/8]`, or `[ranks 0-7 of 8]` for ranks that failed alike) holding its traceback,
+cut to the test as pytest cuts its own, and the ranks' captured output. A function that never
+ran because it was written for the other rank-argument convention gets a hint saying which
+convention the call uses. Run-level failures (collective mismatch, deadlock, timeout) are
 reported by their message alone: it already says where every rank was, and the frames of the
 plugin that noticed them would only hide it.
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Generator, Sequence
 from importlib import metadata
+from types import TracebackType
 
 import pytest
 from _pytest._code.code import ExceptionInfo, ReprFileLocation, TerminalRepr
@@ -19,7 +22,15 @@ from _pytest._io import TerminalWriter
 from ..errors import RankFailedError, XlasimError
 from .activation import backend_key, emulated_devices, executor, is_xdist_controller
 from .options import resolve
-from .outcomes import RankOutcome, RanksFailed, outcomes_key, span
+from .outcomes import (
+    CORE_RUN_CONVENTION,
+    RankOutcome,
+    RanksFailed,
+    never_called,
+    outcomes_key,
+    span,
+)
+from .remote import PACKAGE_DIR
 
 
 def _version(distribution: str) -> str:
@@ -45,51 +56,111 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 
 class RankFailuresRepr(TerminalRepr):
-    """The failure report of a test whose ranks raised: one section per failing rank."""
+    """The failure report of a test whose ranks raised: a section per distinct failure.
 
-    def __init__(self, item: pytest.Item, outcomes: Sequence[RankOutcome]):
+    Ranks that failed the same way (same exception type and message, raised at the same place)
+    share one section, `[ranks 0-7 of 8]`, holding the lowest rank's traceback; their captured
+    output is shown once per distinct text. `hint` is a line to add under the summary.
+    """
+
+    def __init__(self, item: pytest.Item, outcomes: Sequence[RankOutcome], hint: str = ""):
         failing = [o for o in outcomes if o.failed] or [o for o in outcomes if o.error]
-        self._sections = [(o, _rank_repr(item, o)) for o in failing]
+        groups: dict[tuple[str, ...], list[tuple[RankOutcome, TerminalRepr | str]]] = {}
+        for outcome in failing:
+            rendered = _rank_repr(item, outcome)
+            groups.setdefault(_failure_key(outcome, rendered), []).append((outcome, rendered))
+        self._sections = [
+            (_label([o for o, _ in group]), group[0][1], [o for o, _ in group])
+            for group in groups.values()
+        ]
+        self._hint = hint
         released = [o.rank for o in outcomes if o.released]
         self._note = (
             f"{span(released)} were released from their waits when the run was aborted"
             if released
             else ""
         )
-        first, first_repr = self._sections[0]
+        label, first_repr, first_group = self._sections[0]
         crash = getattr(first_repr, "reprcrash", None)
-        message = f"[{first.label}] {type(first.error).__name__}: {first.error}"
-        if len(failing) > 1:
-            message += f" (and {span([o.rank for o in failing[1:]])})"
+        first = first_group[0].error
+        message = f"[{label}] {type(first).__name__}: {_headline(first)}"
+        others = [o.rank for _, _, group in self._sections[1:] for o in group]
+        if others:
+            message += f" (and {span(sorted(others))})"
         self.reprcrash = ReprFileLocation(
             crash.path if crash else str(item.path), crash.lineno if crash else 0, message
         )
 
     def toterminal(self, tw: TerminalWriter) -> None:
         tw.line(self.reprcrash.message, red=True, bold=True)  # the summary line xdist keeps
-        for outcome, rank_repr in self._sections:
-            tw.sep("-", f"[{outcome.label}]", bold=True, red=True)
+        if self._hint:
+            tw.line(self._hint, bold=True)
+        for label, rank_repr, group in self._sections:
+            tw.sep("-", f"[{label}]", bold=True, red=True)
             if isinstance(rank_repr, TerminalRepr):
                 rank_repr.toterminal(tw)
             else:
                 tw.line(rank_repr.rstrip())
-            for name, text in (("stdout", outcome.stdout), ("stderr", outcome.stderr)):
-                if text:
-                    tw.sep("-", f"[{outcome.label}] captured {name}")
+            for name in ("stdout", "stderr"):
+                texts: dict[str, list[RankOutcome]] = {}
+                for outcome in group:
+                    if getattr(outcome, name):
+                        texts.setdefault(getattr(outcome, name), []).append(outcome)
+                for text, writers in texts.items():
+                    tw.sep("-", f"[{_label(writers)}] captured {name}")
                     tw.line(text.rstrip())
         if self._note:
             tw.line(self._note)
 
 
+def _label(outcomes: Sequence[RankOutcome]) -> str:
+    """`rank 3/8` for one rank, `ranks 0-7 of 8` for several."""
+    if len(outcomes) == 1:
+        return outcomes[0].label
+    return f"{span([o.rank for o in outcomes])} of {outcomes[0].size}"
+
+
+def _headline(error: BaseException | None) -> str:
+    """The first line of the exception's message (an assert's explanation follows it, with
+    values that may differ from rank to rank)."""
+    lines = str(error).splitlines()
+    return lines[0] if lines else ""
+
+
+def _failure_key(outcome: RankOutcome, rendered: TerminalRepr | str) -> tuple[str, ...]:
+    """What makes two ranks' failures the same: the exception's type and headline, and where
+    it was raised (pytest's crash location, or the last frame of the text traceback)."""
+    error = outcome.error
+    crash = getattr(rendered, "reprcrash", None)
+    if crash is not None:
+        where = f"{crash.path}:{crash.lineno}"
+    else:
+        text = rendered if isinstance(rendered, str) else outcome.traceback
+        frames = [line.strip() for line in text.splitlines() if line.strip().startswith("File ")]
+        where = frames[-1] if frames else ""
+    return type(error).__name__, _headline(error), where
+
+
 def _rank_repr(item: pytest.Item, outcome: RankOutcome) -> TerminalRepr | str:
     """pytest's own rendering of the rank's exception (made here, or where the rank ran), or
-    the text a worker process sent."""
+    the text a worker process sent. The emulator's frames above the user's code are left out
+    (pytest cuts a per-rank test's traceback at the test; a function run through `xla_world`
+    starts where it starts)."""
     error = outcome.error
     if outcome.repr is not None:
         return outcome.repr
     if error is None or not outcome.local_frames or error.__traceback__ is None:
         return outcome.traceback or f"{type(error).__name__}: {error}"
-    return item.repr_failure(ExceptionInfo.from_exception(error))
+    tb = error.__traceback__
+    while tb.tb_next is not None and _internal(tb):
+        tb = tb.tb_next
+    if _internal(tb):  # raised by the emulator's call of the function: no frame of it ran
+        return outcome.traceback or f"{type(error).__name__}: {error}"
+    return item.repr_failure(ExceptionInfo.from_exc_info((type(error), error, tb)))
+
+
+def _internal(tb: TracebackType) -> bool:
+    return tb.tb_frame.f_code.co_filename.startswith(PACKAGE_DIR)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -106,5 +177,12 @@ def pytest_runtest_makereport(
     if isinstance(error, XlasimError) and not isinstance(error, RankFailedError):
         report.longrepr = f"[xlasim] {type(error).__name__}: {error}"
     elif outcomes and any(o.error is not None for o in outcomes):
-        report.longrepr = RankFailuresRepr(item, outcomes)
+        report.longrepr = RankFailuresRepr(item, outcomes, getattr(error, "hint", ""))
+    elif isinstance(error, RankFailedError) and hasattr(report.longrepr, "addsection"):
+        # The core's own world (xmp.spawn, xlasim.world().run) called from a test: a call that
+        # does not fit fails alike on every rank.
+        ranks = error.ranks
+        errors = [error.failures[r] for r in ranks]
+        if never_called(errors, [error.tracebacks.get(r, "") for r in ranks]):
+            report.longrepr.addsection("xlasim", CORE_RUN_CONVENTION)
     return report
