@@ -5,21 +5,50 @@ xlasim.emulate(devices=8)          # before the first use of an XLA device
 xmp.spawn(train, args=(...))       # runs train(rank, ...) on 8 emulated cores
 """
 
-from .activation import emulate, is_emulated, max_devices, world
-from .context import RankContext, current
-from .errors import (
-    CollectiveMismatchError,
-    CollectiveTimeoutError,
-    DeadlockError,
-    DeviceCountError,
-    OutsideWorldError,
-    RankFailedError,
-    RuntimeAlreadyStartedError,
-    WorldAbortedError,
-    XlasimError,
-)
-from .topology import Topology
-from .world import World
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .activation import emulate, is_emulated, max_devices, world
+    from .context import RankContext, current
+    from .errors import (
+        CollectiveMismatchError,
+        CollectiveTimeoutError,
+        DeadlockError,
+        DeviceCountError,
+        OutsideWorldError,
+        RankFailedError,
+        RuntimeAlreadyStartedError,
+        WorldAbortedError,
+        XlasimError,
+    )
+    from .topology import Topology
+    from .world import World
+
+#: The public names and the modules they live in, imported on first use: importing the package
+#: (as pytest does for the plugin in every session of an environment that has xlasim) must not
+#: import torch until something is emulated.
+_EXPORTS = {
+    "emulate": "activation",
+    "is_emulated": "activation",
+    "max_devices": "activation",
+    "world": "activation",
+    "RankContext": "context",
+    "current": "context",
+    "CollectiveMismatchError": "errors",
+    "CollectiveTimeoutError": "errors",
+    "DeadlockError": "errors",
+    "DeviceCountError": "errors",
+    "OutsideWorldError": "errors",
+    "RankFailedError": "errors",
+    "RuntimeAlreadyStartedError": "errors",
+    "WorldAbortedError": "errors",
+    "XlasimError": "errors",
+    "Topology": "topology",
+    "World": "world",
+}
 
 __all__ = [
     "CollectiveMismatchError",
@@ -40,3 +69,39 @@ __all__ = [
     "max_devices",
     "world",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:  # a submodule: `xlasim.activation` after a bare `import xlasim`
+        try:
+            return importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as error:
+            if error.name != f"{__name__}.{name}":
+                raise
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})
+
+
+class _Package(types.ModuleType):
+    """`xlasim.world` is the function `xlasim.world()`, though `xlasim/world.py` is a submodule
+    too: loading the submodule binds it on the package, which must not replace the function."""
+
+    @property
+    def world(self) -> Any:
+        from .activation import world
+
+        return world
+
+    @world.setter
+    def world(self, submodule: Any) -> None:
+        pass  # the import system binding `xlasim.world` (the module) on its first load
+
+
+sys.modules[__name__].__class__ = _Package

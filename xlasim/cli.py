@@ -32,7 +32,7 @@ def _parser() -> argparse.ArgumentParser:
         "--processes",
         type=int,
         default=None,
-        help="worker processes holding the cores (default: XLASIM_PROCESSES, else 1)",
+        help="worker processes holding the cores (default: XLASIM_PROCESSES, else one per core; 1: threads)",
     )
     run.add_argument(
         "--hosts", type=int, default=None, help="emulated hosts the processes are spread over"

@@ -71,8 +71,8 @@ SANITY = (
         "sanity-xlasim-import",
         "the copy's xlasim package (and pytest plugin) is the one imported",
         "xlasim/__init__.py",
-        "from .activation import emulate",
-        'raise ImportError("sanity mutant: the copy\'s xlasim was imported")\nfrom .activation import emulate',
+        '"""xlasim: an emulated multi-core XLA slice',
+        'raise ImportError("sanity mutant: the copy\'s xlasim was imported")\n"""xlasim: an emulated multi-core XLA slice',
     ),
 )
 

@@ -21,14 +21,8 @@ def outcomes(result: pytest.RunResult) -> dict[str, str]:
 
 
 @pytest.fixture
-def run_inner(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
-) -> Callable[..., tuple[pytest.RunResult, dict]]:
-    """Run one of this folder's `inner_*.py` files in a fresh pytest process.
-
-    A fresh process each time: the device count is fixed once torch_xla's runtime starts.
-    Returns the result and each inner test's outcome by name.
-    """
+def inner_environment(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """The environment of inner sessions: the outer session's choices are not the inner's."""
     for name in (
         "XLASIM_DEVICES",
         "XLASIM_PROCESSES",
@@ -38,7 +32,19 @@ def run_inner(
         "XLASIM_TEST_TIMEOUT",
         "PYTEST_XDIST_WORKER",
     ):
-        monkeypatch.delenv(name, raising=False)  # the outer session's choices are not the inner's
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+@pytest.fixture
+def run_inner(
+    pytester: pytest.Pytester, inner_environment: pytest.MonkeyPatch
+) -> Callable[..., tuple[pytest.RunResult, dict]]:
+    """Run one of this folder's `inner_*.py` files in a fresh pytest process.
+
+    A fresh process each time: the device count is fixed once torch_xla's runtime starts.
+    Returns the result and each inner test's outcome by name.
+    """
 
     def run(inner: str, *args: str) -> tuple[pytest.RunResult, dict[str, str]]:
         pytester.makepyfile(test_inner=(HERE / inner).read_text())

@@ -2,7 +2,9 @@
 
 Registered through the `pytest11` entry point. Like pytest's own `_pytest` package, each module
 below is a plugin with one concern; this module only lists them so pytest registers them all
-when it loads the entry point (before any conftest.py is imported).
+when it loads the entry point (before any conftest.py is imported), each before the modules
+that import it. Loading them imports neither torch nor torch_xla: the plugin stays dormant
+until the session asks for XLA (see `activation`).
 """
 
 pytest_plugins = [
@@ -11,7 +13,7 @@ pytest_plugins = [
     "xlasim.pytest_plugin.activation",
     "xlasim.pytest_plugin.fixtures",
     "xlasim.pytest_plugin.ranks",
-    "xlasim.pytest_plugin.reporting",
     "xlasim.pytest_plugin.hypothesis_profiles",
+    "xlasim.pytest_plugin.reporting",
     "xlasim.pytest_plugin.metrics",
 ]

@@ -1,8 +1,18 @@
-"""Choosing the backend and turning emulation on before any conftest.py can start torch_xla.
+"""When the plugin wakes up, choosing the backend and turning emulation on.
 
-The plugin is loaded from its entry point before conftest files are imported, and
-`pytest_load_initial_conftests` runs before they are: the device count is chosen there, so a
-conftest that imports torch_xla (or even uses a device) finds the emulated slice already set up.
+The plugin is installed into an environment, so pytest loads it for every run there, XLA or
+not. It stays dormant (no torch_xla import, no worker process, no header line, no Hypothesis
+profile) until the session asks for XLA:
+
+- by a setting: an `--xla-*` option, an `xla_*` ini key or an `XLASIM_*` variable. Then it
+  activates in `pytest_load_initial_conftests`, before any conftest.py is imported, so a
+  conftest that imports torch_xla (or even uses a device) finds the emulated slice set up.
+- by collecting a test that needs it: marked `xla`, `xla_timeout` or `xla_metrics`, or using
+  the `xla_rank`, `xla_world` or `xla_metrics` fixture. Then it activates at the end of
+  collection; if a conftest started the XLA runtime with another device count by then, the
+  error says to ask with an option instead. A slice a conftest chose itself with
+  `xlasim.emulate` is the session's (nothing else asked for one).
+
 An xdist controller runs no tests, so it does not start a world of its own (and skips the
 torch_xla import that would delay every worker's start).
 
@@ -16,19 +26,26 @@ import glob
 import os
 import pathlib
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .. import activation as core
-from ..errors import XlasimError
-from .executor import Executor
-from .options import Settings, resolve
-from .outcomes import RankOutcome, replay_output
+from ..errors import RuntimeAlreadyStartedError, XlasimError
+from .options import asked_by, resolve
+
+if TYPE_CHECKING:
+    from .executor import Executor
+    from .outcomes import RankOutcome
 
 _GOOGLE_PCI_VENDOR = "0x1ae0"
+#: The backend of an active session; absent while the plugin is dormant.
 backend_key = pytest.StashKey[str]()
-executor_key = pytest.StashKey[Executor]()
+#: Set when the session woke the plugin up by collecting a test that needs XLA.
+woken_by_key = pytest.StashKey[str]()
+executor_key = pytest.StashKey["Executor"]()
+#: Markers and fixtures that make a test need XLA.
+MARKERS = ("xla", "xla_timeout", "xla_metrics")
+FIXTURES = ("xla_rank", "xla_world", "xla_metrics")
 
 
 def _tpu_attached() -> bool:
@@ -56,39 +73,111 @@ def is_xdist_controller(config: pytest.Config) -> bool:
     return bool(workers) and "PYTEST_XDIST_WORKER" not in os.environ
 
 
-def emulated_devices(settings: Settings) -> int:
-    return settings.slice().devices
+def is_active(config: pytest.Config) -> bool:
+    """Whether the session asked for XLA (the plugin's hooks do nothing otherwise)."""
+    return backend_key in config.stash
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
-    settings = resolve(early_config)
-    backend = early_config.stash[backend_key] = choose_backend(settings.backend)
+def needs_xla(item: pytest.Item) -> bool:
+    """Whether a collected test needs XLA: one of the plugin's markers or fixtures."""
+    return any(item.get_closest_marker(name) for name in MARKERS) or any(
+        name in FIXTURES for name in getattr(item, "fixturenames", ())
+    )
+
+
+def activate(config: pytest.Config) -> None:
+    """Choose the backend and, when it is emulated, set the slice up (once per session)."""
+    if is_active(config):
+        return
+    settings = resolve(config)
+    backend = choose_backend(settings.backend)
     if backend == "native" and settings.topology_on_command_line:
         raise pytest.UsageError(
             "xlasim: --xla-processes, --xla-hosts and --xla-topology shape the emulated slice; "
             "the native backend runs the slice it finds (xmp.spawn's own processes)"
         )
-    if backend == "emulated" and not is_xdist_controller(early_config):
-        wanted = settings.slice()
-        try:
-            if settings.topology:
-                core.emulate(topology=settings.topology)
-            else:
-                core.emulate(devices=wanted.devices, processes=wanted.processes, hosts=wanted.hosts)
-        except XlasimError as error:
-            raise pytest.UsageError(f"xlasim: {error}") from None
+    if backend == "emulated" and not is_xdist_controller(config):
+        from .. import activation as core
+
+        woken_by = config.stash.get(woken_by_key, None)
+        if woken_by is None or not core.is_emulated():  # else: the conftest's own slice
+            wanted = settings.slice()
+            try:
+                if settings.topology:
+                    core.emulate(topology=settings.topology)
+                else:
+                    core.emulate(
+                        devices=wanted.devices, processes=wanted.processes, hosts=wanted.hosts
+                    )
+            except RuntimeAlreadyStartedError as error:
+                if woken_by is None:
+                    raise pytest.UsageError(f"xlasim: {error}") from None
+                raise pytest.UsageError(
+                    f"xlasim: {error}\n{woken_by} needs XLA, but no --xla-* option, xla_* ini key "
+                    "or XLASIM_* variable asked for it, so xlasim woke up only at the end of "
+                    "collection, after conftest.py files had started the XLA runtime: pass "
+                    "--xla-devices=N (or set xla_devices in the ini file, or XLASIM_DEVICES) so "
+                    "that the slice is set up before any conftest.py is imported"
+                ) from None
+            except XlasimError as error:
+                raise pytest.UsageError(f"xlasim: {error}") from None
+    config.stash[backend_key] = backend
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
+    if asked_by(early_config) is not None:
+        activate(early_config)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Wake up for the first collected test that needs XLA (when no setting asked before)."""
+    config = session.config
+    if is_active(config) or config.option.collectonly:
+        return
+    test = next((item for item in session.items if needs_xla(item)), None)
+    if test is None:
+        return
+    config.stash[woken_by_key] = test.nodeid
+    activate(config)
+    start(session)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    # Ranks (threads, worker processes or xmp.spawn's workers) are started before the first
-    # test, not inside it; a session that only collects starts none.
-    if not is_xdist_controller(session.config) and not session.config.option.collectonly:
-        executor(session.config).start()
+    if is_active(session.config):
+        start(session)
+
+
+def start(session: pytest.Session) -> None:
+    """Start the ranks (threads, worker processes or xmp.spawn's workers) before the first
+    test, not inside it; a session that only collects starts none."""
+    config = session.config
+    if not is_xdist_controller(config) and not config.option.collectonly:
+        executor(config).start()
+
+
+def topology_description(config: pytest.Config) -> tuple[int, str]:
+    """The slice of an active emulated session: its core count and its description."""
+    settings = resolve(config)
+    if is_xdist_controller(config):  # workers emulate; the controller starts no world
+        return settings.slice().devices, settings.describe_slice() + " per xdist worker"
+    from .. import activation as core
+
+    described = core.topology().describe()
+    return core.topology().devices, (
+        f"{settings.topology}: {described}" if settings.topology else described
+    )
 
 
 def executor(config: pytest.Config) -> Executor:
-    """The session's executor, made on first use (the native one starts worker processes)."""
+    """The session's executor, made on first use (the native one starts worker processes).
+
+    A test that reaches the ranks without having been seen to need them at collection (a
+    fixture asked for with `request.getfixturevalue`) wakes the plugin up here."""
+    if not is_active(config):
+        config.stash[woken_by_key] = "a test"
+        activate(config)
     if executor_key not in config.stash:
         if config.stash[backend_key] == "emulated":
             from .emulated import EmulatedExecutor
@@ -116,6 +205,7 @@ def run_ranks(
     """Run on the session's executor. Ranks' output is shown live under `pytest -s`; otherwise
     the output of ranks that did not fail is handed to pytest's capture, tagged by rank.
     `item` is the running test: ranks in other processes render their failures as it would."""
+    from .outcomes import replay_output
     from .remote import FailureStyle
 
     live = config.getoption("capture") == "no"

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from ..context import current
-from .activation import executor, run_ranks
+from .activation import executor, is_active, run_ranks
 from .options import resolve
 from .outcomes import WORLD_RUN_CONVENTION, RanksFailed, never_called, results
 from .timeouts import timeout_for
@@ -115,6 +115,8 @@ def _handle(config: pytest.Config) -> XlaWorld:
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
+    if not is_active(item.config):
+        return
     handle = _handle(item.config)
     handle.timeout, handle.item = timeout_for(item), item
 

@@ -11,20 +11,27 @@ renamed into place, and directories are made with `exist_ok`; concurrent writers
 the same example twice under the same name. An in-memory database would be safe too, but would
 forget failures between runs, which is the point of having one.
 
-`--hypothesis-profile=NAME`, or a profile a conftest.py loaded, takes precedence. Hypothesis'
+Loaded only when the session asks for XLA (see `activation`); a session woken up by a collected
+test loads it at the end of collection and gives it to the `@given` tests collected with
+Hypothesis' automatic profile. `--hypothesis-profile=NAME`, or a profile a conftest.py loaded,
+takes precedence. Hypothesis'
 own automatic choices (`default`, and `ci` when it detects a CI machine) do not: the xla profile
 is loaded on top of them, keeping what `ci` sets (derandomized examples, printed blobs).
 """
 
 from __future__ import annotations
 
+import sys
+from typing import Any
+
 import pytest
 
-from .activation import backend_key
+from .activation import backend_key, is_active, woken_by_key
 
 PROFILES = {"emulated": "xla-emulated", "native": "xla-tpu"}
 #: Profiles Hypothesis loads by itself; anything else was the user's choice.
 AUTOMATIC = ("default", "ci")
+_chosen_key = pytest.StashKey[bool]()
 
 
 def register(config: pytest.Config, parent=None) -> None:
@@ -36,12 +43,11 @@ def register(config: pytest.Config, parent=None) -> None:
     settings.register_profile("xla-tpu", parent, deadline=None, database=database, max_examples=25)
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_configure(config: pytest.Config) -> None:
-    try:
-        from hypothesis import settings
-    except ImportError:
-        return
+def choose(config: pytest.Config) -> None:
+    """Register the profiles and load the backend's, unless the user chose a profile."""
+    from hypothesis import settings
+
+    config.stash[_chosen_key] = True
     current = settings.get_current_profile_name()
     automatic = current in AUTOMATIC
     register(config, settings.get_profile(current) if automatic else None)
@@ -50,9 +56,68 @@ def pytest_configure(config: pytest.Config) -> None:
         settings.load_profile(PROFILES[config.stash[backend_key]])
 
 
-def pytest_report_header(config: pytest.Config) -> str | None:
+def _importable() -> bool:
     try:
-        from hypothesis import settings
+        import hypothesis  # noqa: F401
     except ImportError:
+        return False
+    return True
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    if is_active(config) and _importable():
+        choose(config)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """A session woken up by a collected test: the test modules were imported, and their
+    `@given` tests took the profile in force then. Those that took Hypothesis' automatic one
+    get the xla profile now, keeping the settings they gave themselves."""
+    config = session.config
+    if not is_active(config) or woken_by_key not in config.stash or _chosen_key in config.stash:
+        return
+    if not _importable():
+        return
+    from hypothesis import settings
+
+    before = settings.default
+    choose(config)
+    if settings.default is not before:
+        for item in session.items:
+            _rebase(item, before, settings.default)
+
+
+def _rebase(item: pytest.Item, old: Any, new: Any) -> None:
+    """Give a `@given` test that took the `old` default profile the `new` one instead, with
+    the values its own `@settings` changed."""
+    from hypothesis import settings
+
+    try:
+        from hypothesis._settings import all_settings
+    except ImportError:  # another Hypothesis: leave the test as it was decorated
+        return
+    function = getattr(getattr(item, "obj", None), "__func__", getattr(item, "obj", None))
+    if not getattr(function, "is_hypothesis_test", False):
+        return
+    own = getattr(function, "_hypothesis_internal_use_settings", None)
+    if own is None:
+        return
+    if own is old:
+        function._hypothesis_internal_use_settings = new
+        return
+    changed = {
+        name: getattr(own, name)
+        for name in all_settings
+        if getattr(own, name) != getattr(old, name)
+    }
+    function._hypothesis_internal_use_settings = settings(new, **changed)
+
+
+def describe(config: pytest.Config) -> str | None:
+    """`xlasim: hypothesis profile xla-emulated` (None without Hypothesis or while dormant)."""
+    if not is_active(config) or "hypothesis" not in sys.modules:
         return None
+    from hypothesis import settings
+
     return f"xlasim: hypothesis profile {settings.get_current_profile_name()}"

@@ -178,6 +178,17 @@ def _source(config: pytest.Config, option: str) -> Source:
     return Source(option, str(value), INI) if value is not None else Source(option, None, UNSET)
 
 
+def asked_by(config: pytest.Config) -> str | None:
+    """The first setting that asks for XLA (`--xla-devices=8`, `XLASIM_TOPOLOGY=v3-8`, `ini
+    xla_backend=native`), or None: a session asks for XLA through any of them (or by
+    collecting a test that needs it, which `activation` sees later)."""
+    for option in ENVIRONMENT_VARIABLES:
+        source = _source(config, option)
+        if source.raw is not None:
+            return str(source)
+    return None
+
+
 def _whole(source: Source) -> int | None:
     if source.raw is None:
         return None

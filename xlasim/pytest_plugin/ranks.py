@@ -3,7 +3,7 @@
 Fixtures and `parametrize` values are resolved once, in the parent, and the same objects are
 handed to every rank (as `xmp.spawn` args are); only `xla_rank` differs per rank.
 `devices=N` runs on the first N cores, `devices=[...]` parametrizes over world sizes, and a
-size the session does not have is skipped at collection with a reason.
+size the session does not have is skipped at the end of collection with a reason.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 
 from ..errors import XlasimError
 from . import markers
-from .activation import executor, run_ranks
+from .activation import executor, is_active, is_xdist_controller, run_ranks
 from .fixtures import RankPlaceholder, XlaRank
 from .outcomes import outcomes_key, settle
 from .remote import NotPicklableError
@@ -49,8 +49,12 @@ def world_size(item: pytest.Item) -> int:
     return executor(item.config).size if devices is None else devices  # type: ignore[return-value]
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Skip the sizes this session lacks (after `activation`, which may wake up only now)."""
+    config = session.config
+    if not is_active(config) or is_xdist_controller(config):
+        return
+    for item in session.items:
         if item.get_closest_marker("xla") is None:
             continue
         needed, available = world_size(item), executor(config).size

@@ -20,7 +20,8 @@ from _pytest._code.code import ExceptionInfo, ReprFileLocation, TerminalRepr
 from _pytest._io import TerminalWriter
 
 from ..errors import RankFailedError, XlasimError
-from .activation import backend_key, emulated_devices, executor, is_xdist_controller
+from . import hypothesis_profiles
+from .activation import backend_key, executor, is_active, topology_description, woken_by_key
 from .options import resolve
 from .outcomes import (
     CORE_RUN_CONVENTION,
@@ -40,12 +41,11 @@ def _version(distribution: str) -> str:
         return "not installed"
 
 
-def pytest_report_header(config: pytest.Config) -> str:
+def header(config: pytest.Config) -> str:
+    """`xlasim: backend emulated, 8 XLA devices (...), test timeout 300 s, torch ..."""
     backend = config.stash[backend_key]
     if backend == "emulated":
-        size, topology = emulated_devices(resolve(config)), resolve(config).describe_slice()
-        if is_xdist_controller(config):  # workers emulate; the controller starts no world
-            topology += " per xdist worker"
+        size, topology = topology_description(config)
     else:
         size, topology = executor(config).size, executor(config).describe()
     return (
@@ -53,6 +53,32 @@ def pytest_report_header(config: pytest.Config) -> str:
         f"test timeout {resolve(config).timeout:g} s, torch {_version('torch')}, "
         f"torch_xla {_version('torch_xla')}"
     )
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    if not is_active(config):
+        return []
+    profile = hypothesis_profiles.describe(config)
+    return [header(config), *([profile] if profile else [])]
+
+
+@pytest.hookimpl(trylast=True)  # after `activation` woke up and the profile was chosen
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """A session woken up by a collected test missed the header: its lines come now."""
+    config = session.config
+    if is_active(config) and woken_by_key in config.stash:
+        write_line(config, header(config))
+        profile = hypothesis_profiles.describe(config)
+        if profile:
+            write_line(config, profile)
+
+
+def write_line(config: pytest.Config, line: str) -> None:
+    """A line of the plugin's own in pytest's output (none under xdist workers or -q -q)."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None and config.get_verbosity() >= 0:
+        reporter.ensure_newline()
+        reporter.write_line(line)
 
 
 class RankFailuresRepr(TerminalRepr):
