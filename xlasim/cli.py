@@ -22,7 +22,12 @@ from .errors import XlasimError
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="xlasim", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="xlasim",
+        description="Run torch_xla code on an emulated TPU slice: N XLA cores on this machine's "
+        "CPU, with every collective, launcher and runtime query answering as on the TPU.",
+        epilog="example: xlasim run --devices 8 train.py --epochs 1",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="run a torch_xla script on emulated cores")
     run.add_argument(
@@ -121,8 +126,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_conformance(options)
     if options.timeout is not None:
         os.environ["XLASIM_TIMEOUT"] = str(options.timeout)
-    if options.devices is None and not options.topology:
-        options.devices = int(os.environ.get("XLASIM_DEVICES", 8))
+    if not options.module and not os.path.isfile(options.target):
+        print(f"xlasim: no script {options.target!r} (from {os.getcwd()})", file=sys.stderr)
+        return 2
+    if options.devices is None and not options.topology and "XLASIM_DEVICES" not in os.environ:
+        options.devices = 8
     status = 1  # an exception that escapes is exit status 1
     try:
         run_target(options)

@@ -93,6 +93,22 @@ def test_cli_reports_rank_failures_and_exits_nonzero(tmp_path):
     )
 
 
+def test_cli_usage_mistakes_are_named_without_a_traceback(tmp_path):
+    """A missing script and a bad XLASIM_DEVICES each get one line naming the cause."""
+    missing = python("-m", "xlasim", "run", str(tmp_path / "nosuch.py"))
+    assert missing.returncode == 2
+    assert missing.stderr.startswith("xlasim: no script"), missing.stderr
+    assert "Traceback" not in missing.stderr
+    script = tmp_path / "noop.py"
+    script.write_text("print('ran')\n")
+    bad_count = python("-m", "xlasim", "run", str(script), env={"XLASIM_DEVICES": "abc"})
+    assert bad_count.returncode == 1
+    assert "XLASIM_DEVICES='abc' is not a whole number" in bad_count.stderr
+    assert "Traceback" not in bad_count.stderr and "ran" not in bad_count.stdout
+    described = python("-m", "xlasim", "--help")
+    assert "emulated TPU slice" in described.stdout
+
+
 def test_a_script_that_launches_when_imported_is_told_to_guard_it(tmp_path):
     """Ranks in their own processes import the launching script to find its function (as
     xmp.spawn's processes do on a TPU VM), so a launch at import time must be guarded."""

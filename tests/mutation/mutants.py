@@ -4,7 +4,7 @@ Every edit names a file and an exact old -> new string. The old string must occu
 in that file, or applying the mutant fails loudly (`MutantDoesNotApply`): a mutant whose code was
 rewritten must be updated, not silently skipped (tests/mutation/test_mutants.py checks this on
 every run of the suite). Each mutant is a bug the suite should catch; most are real bugs of XLA
-training strategies (see ../shared/known-bugs.md), the rest classic slips in collectives.
+training strategies (see docs/known-bugs.md), the rest classic slips in collectives.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""One regression test per entry of known-bugs.md (../shared/known-bugs.md) that applies to an
+"""One regression test per entry of docs/known-bugs.md that applies to an
 XLA training strategy, named after the bug. Each is the property behind the bug, on real ranks.
 Bug 12 (tests that could not fail) is guarded by the mutation run, tests/mutation/, and its
 own check that every mutant still applies (tests/mutation/test_mutants.py)."""
