@@ -24,17 +24,54 @@ def _why_not_here(config) -> str | None:
     return None
 
 
+def _session_slice_is_set(config) -> bool:
+    """Whether a setting (--xla-devices, ...) chose the session's slice before collection."""
+    if not config.pluginmanager.has_plugin("xlasim"):
+        return False
+    from xlasim.pytest_plugin.activation import is_active
+
+    return is_active(config)
+
+
 #: Directories whose tests drive the core's world from this process.
 EMULATOR_TESTS = ("tests/core/", "tests/conformance/")
 
 
+#: What makes a test run on the session's slice (and adapt to its size): the plugin's markers
+#: and fixtures. Such a test is `portable`: `pytest --xla-devices=4 -m portable` is the suite a
+#: 4-core slice changes (see docs/testing.md).
+SLICE_MARKERS = ("xla", "xla_min_devices", "xla_timeout", "xla_metrics")
+SLICE_FIXTURES = ("xla_rank", "xla_world", "xla_metrics")
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "portable: runs on the session's slice (marked xla or using xla_world/xla_rank) and "
+        "adapts to its size; set by tests/conftest.py, select with -m portable",
+    )
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m portable deselects
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if any(item.get_closest_marker(name) for name in SLICE_MARKERS) or any(
+            name in item.fixturenames for name in SLICE_FIXTURES
+        ):
+            item.add_marker(pytest.mark.portable)
     reason = _why_not_here(config)
-    if reason is not None:
-        skip = pytest.mark.skip(reason=reason)
-        for item in items:
-            if any(part in item.path.as_posix() for part in EMULATOR_TESTS):
-                item.add_marker(skip)
+    skip = None if reason is None else pytest.mark.skip(reason=reason)
+    sized = _session_slice_is_set(config)
+    for item in items:
+        if not any(part in item.path.as_posix() for part in EMULATOR_TESTS):
+            continue
+        if skip is not None:
+            item.add_marker(skip)
+        elif sized and "world" in item.fixturenames:
+            # The emulator's mechanics are tested on a world of 8 rank threads of this process,
+            # so a session of fewer cores (--xla-devices=4 or 1) skips these tests, saying so
+            # before they run (the plugin counts them in its header).
+            item.add_marker(pytest.mark.xla_min_devices(CORE_DEVICES))
 
 
 @pytest.fixture(scope="session")

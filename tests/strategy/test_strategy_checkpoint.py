@@ -1,4 +1,4 @@
-"""Checkpoint IO through XLAStrategy on 8 ranks: rank-0-only atomic writes, every rank running the
+"""Checkpoint IO through XLAStrategy on every rank: rank-0-only atomic writes, every rank running the
 same collectives, and clear errors that every rank raises alike."""
 
 import pickle

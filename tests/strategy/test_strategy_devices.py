@@ -69,8 +69,12 @@ def test_strategy_for_picks_single_or_multi_device(xla_world):
     assert single.root_device == torch.device("xla", host_cores() - 1)
     assert (single.world_size, single.global_rank, single.is_global_zero) == (1, 0, True)
     every = strategy_for("auto")
-    assert type(every) is XLAStrategy
-    assert every.parallel_devices == xla(*range(host_cores()))
+    if host_cores() == 1:  # every core is one core: the single-device strategy on it
+        assert type(every) is SingleDeviceXLAStrategy
+        assert every.root_device == torch.device("xla", 0)
+    else:
+        assert type(every) is XLAStrategy
+        assert every.parallel_devices == xla(*range(host_cores()))
 
 
 def test_launching_on_a_subset_of_the_cores_is_refused(xla_world):

@@ -1,4 +1,6 @@
-"""The training loop on 8 cores: exact resumption, gradient reduction, accumulation, clipping."""
+"""The training loop on every core of the session: exact resumption, gradient reduction,
+accumulation, clipping. The data grows with the world (32 samples per replica), so every world
+size runs the same steps per epoch and the same expectations hold at 1, 4 or 8 cores."""
 
 import functools
 import pickle
@@ -10,7 +12,7 @@ import torch
 import torch_xla.core.xla_model as xm
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Subset
 
 import xlasim
 from fixtures.data import Streamed, indexed_data, regression_data
@@ -18,8 +20,10 @@ from fixtures.models import NestedTiedModule, WeightSharingModule
 from strategy import CheckpointNotFoundError, TrainingModule, XLAStrategy
 from strategy.trainer import Trainer
 
-# 256 samples over 8 replicas in batches of 8: 4 batches (steps) per epoch on each replica.
+# 32 samples per replica in batches of 8: 4 batches (steps) per epoch on each replica
+# (the first 32 x world size samples of these 256: 8 replicas take them all).
 DATA = regression_data(256, 16, 16, seed=1)
+SAMPLES_PER_REPLICA = 32
 VAL = regression_data(64, 16, 16, seed=2)
 
 
@@ -31,8 +35,10 @@ def _fit_on_rank(model_bytes, max_steps, data, val=None, ckpt_path=None, **train
     return trainer.fit_here(pickle.loads(model_bytes), data(), val_loader, ckpt_path=ckpt_path)
 
 
-def _shuffled_data() -> DataLoader:
-    return DataLoader(DATA, batch_size=8, shuffle=True)
+def _shuffled_data(world_size: int = 8) -> DataLoader:
+    """4 batches of 8 per replica in a world of `world_size` (on a rank: functools.partial)."""
+    data = Subset(DATA, range(SAMPLES_PER_REPLICA * world_size))
+    return DataLoader(data, batch_size=8, shuffle=True)
 
 
 def _model_bytes(model_class=NestedTiedModule) -> bytes:
@@ -46,7 +52,7 @@ def _fit(xla_world, max_steps, checkpoint_dir=None, ckpt_path=None):
         _fit_on_rank,
         _model_bytes(),
         max_steps,
-        _shuffled_data,
+        functools.partial(_shuffled_data, xla_world.size),
         VAL,
         ckpt_path,
         checkpoint_dir=checkpoint_dir,
@@ -90,7 +96,7 @@ def test_fit_by_epochs_validates_and_checkpoints_every_k_steps(xla_world, tmp_pa
         _fit_on_rank,
         _model_bytes(),
         None,
-        _shuffled_data,
+        functools.partial(_shuffled_data, xla_world.size),
         VAL,
         max_epochs=2,
         checkpoint_dir=tmp_path,
@@ -121,35 +127,37 @@ class SampleRecorder(TrainingModule):
         return torch.optim.SGD(self.parameters(), lr=0.0)
 
 
-def _samples_seen_per_epoch() -> list[list[int]]:
+def _samples_seen_per_epoch(samples: int) -> list[list[int]]:
+    """The samples this replica saw in each of 2 epochs (8 per replica per epoch)."""
     model = SampleRecorder()
     trainer = Trainer(strategy=XLAStrategy(), max_epochs=2, progress=False, seed=11)
-    trainer.fit_here(model, DataLoader(indexed_data(64), batch_size=4, shuffle=True))
+    trainer.fit_here(model, DataLoader(indexed_data(samples), batch_size=4, shuffle=True))
     return [model.seen[:8], model.seen[8:]]
 
 
 def test_each_replica_trains_on_its_own_shard_reshuffled_every_epoch(xla_world):
-    per_rank = xla_world.run(_samples_seen_per_epoch)
+    n = xla_world.size
+    per_rank = xla_world.run(_samples_seen_per_epoch, 8 * n)
     for epoch in (0, 1):
         shards = [epochs[epoch] for epochs in per_rank]
-        assert sorted(i for shard in shards for i in shard) == list(range(64))
+        assert sorted(i for shard in shards for i in shard) == list(range(8 * n))
     for rank, (first, second) in enumerate(per_rank):
         assert first != second, f"rank {rank} saw epoch 1 in epoch 0's order: no set_epoch"
-        assert first != list(range(rank, 64, 8)), f"rank {rank}: shuffle=True was dropped"
+        assert first != list(range(rank, 8 * n, n)), f"rank {rank}: shuffle=True was dropped"
 
 
-def _train_tied_model(steps: int) -> int:
+def _train_tied_model(steps: int, world_size: int) -> int:
     trainer = Trainer(strategy=XLAStrategy(), max_steps=steps, progress=False)
-    data = DataLoader(DATA, batch_size=8, shuffle=True)
-    return trainer.fit_here(NestedTiedModule(), data).global_step
+    return trainer.fit_here(NestedTiedModule(), _shuffled_data(world_size)).global_step
 
 
 def test_training_steps_do_not_recompile(xla_world, xla_metrics):
     """Per-batch seeds, logging and the loop itself keep every step's graph the same. (Steps 1
     to 3 each compile: no optimizer state yet, then fresh state, then donated buffers.)"""
-    assert xla_world.run(_train_tied_model, 3) == [3] * xla_world.size  # warm-up compiles
+    n = xla_world.size
+    assert xla_world.run(_train_tied_model, 3, n) == [3] * n  # warm-up compiles
     xla_metrics.reset()
-    assert xla_world.run(_train_tied_model, 7) == [7] * xla_world.size  # crosses an epoch end
+    assert xla_world.run(_train_tied_model, 7, n) == [7] * n  # crosses an epoch end (4 steps)
     xla_metrics.check(compilations=0)
 
 
@@ -164,20 +172,22 @@ def _train_one_step(grad_scale, clip=None):
     return param.detach().cpu()
 
 
-@pytest.mark.xla
+@pytest.mark.xla(min_devices=2)
 def test_optimizer_step_averages_gradients_over_replicas(xla_rank):
-    # gradients (rank + 1) * [1, -2]: their mean over 8 ranks is 4.5 * [1, -2]
-    assert _train_one_step([1.0, -2.0]).tolist() == [-4.5, 9.0]
+    # gradients (rank + 1) * [1, -2]: their mean over n ranks is (n + 1) / 2 * [1, -2]
+    mean = (xla_rank.world_size + 1) / 2
+    assert _train_one_step([1.0, -2.0]).tolist() == [-mean, 2 * mean]
 
 
 @pytest.mark.xla
 def test_gradient_clipping_applies_to_the_averaged_gradient(xla_rank):
-    # mean gradient 4.5 * [3, 4] has norm 22.5; clipped to norm 1: [0.6, 0.8]
+    # mean gradient (n + 1) / 2 * [3, 4] has norm >= 5; clipped to norm 1: [0.6, 0.8]
     torch.testing.assert_close(_train_one_step([3.0, 4.0], clip=1.0), torch.tensor([-0.6, -0.8]))
 
 
-def _regression_batches(batch_size: int, streamed: bool = False):
-    data = regression_data(256 if not streamed else 100, 32, 10, seed=4)
+def _regression_batches(batch_size: int, streamed: int = 0):
+    """256 samples in a DataLoader; `streamed` samples of an iterable dataset instead if given."""
+    data = regression_data(streamed or 256, 32, 10, seed=4)
     return DataLoader(Streamed(data) if streamed else data, batch_size=batch_size)
 
 
@@ -200,13 +210,15 @@ def test_accumulating_two_half_batches_matches_one_full_batch(xla_world):
 
 
 def test_iterable_data_with_a_partial_accumulation_at_each_epoch_end(xla_world):
-    # 100 streamed samples: 12 per replica (4 dropped so all replicas match), 3 batches of 4,
-    # so each epoch is one step of 2 batches and one step of the leftover batch
+    # 12 streamed samples per replica (n // 2 more are dropped so all replicas match: 100 on
+    # 8 cores), 3 batches of 4, so each epoch is one step of 2 batches and one step of the
+    # leftover batch
+    n = xla_world.size
     result = xla_world.run(
         _fit_on_rank,
         _model_bytes(WeightSharingModule),
         None,
-        functools.partial(_regression_batches, 4, streamed=True),
+        functools.partial(_regression_batches, 4, streamed=12 * n + n // 2),
         max_epochs=2,
         accumulate_grad_batches=2,
     )[0]

@@ -7,8 +7,9 @@ profile) until the session asks for XLA:
 - by a setting: an `--xla-*` option, an `xla_*` ini key or an `XLASIM_*` variable. Then it
   activates in `pytest_load_initial_conftests`, before any conftest.py is imported, so a
   conftest that imports torch_xla (or even uses a device) finds the emulated slice set up.
-- by collecting a test that needs it: marked `xla`, `xla_timeout` or `xla_metrics`, or using
-  the `xla_rank`, `xla_world` or `xla_metrics` fixture. Then it activates at the end of
+- by collecting a test that needs it: marked `xla`, `xla_timeout`, `xla_metrics` or
+  `xla_min_devices`, or using the `xla_rank`, `xla_world` or `xla_metrics` fixture. Then it
+  activates at the end of
   collection; if a conftest started the XLA runtime with another device count by then, the
   error says to ask with an option instead. A slice a conftest chose itself with
   `xlasim.emulate` is the session's (nothing else asked for one).
@@ -44,7 +45,7 @@ backend_key = pytest.StashKey[str]()
 woken_by_key = pytest.StashKey[str]()
 executor_key = pytest.StashKey["Executor"]()
 #: Markers and fixtures that make a test need XLA.
-MARKERS = ("xla", "xla_timeout", "xla_metrics")
+MARKERS = ("xla", "xla_timeout", "xla_metrics", "xla_min_devices")
 FIXTURES = ("xla_rank", "xla_world", "xla_metrics")
 
 

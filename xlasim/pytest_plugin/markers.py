@@ -1,6 +1,9 @@
 """The plugin's markers, and the check of their arguments at collection.
 
-- `xla(devices=None, timeout=None)`: the test body runs on every rank (`ranks`);
+- `xla(devices=None, min_devices=None, timeout=None)`: the test body runs on every rank
+  (`ranks`); `devices` fixes the world's size, `min_devices` is the least it may be;
+- `xla_min_devices(N)`: a test that is not per-rank (it drives `xla_world`, or builds its own
+  world) needs at least N cores in the session (`ranks`);
 - `xla_timeout(SECONDS)`: the bound on the test's runs (`timeouts`);
 - `xla_metrics(compilations=None, fallbacks=None)`: the performance lint (`metrics`).
 
@@ -21,7 +24,9 @@ import pytest
 #: What each marker accepts, as the usage error states it.
 ACCEPTS = {
     "xla": "by keyword: devices=N or devices=[N, ...] (the cores to run on), "
+    "min_devices=N (run on every core, skip below N; not with devices), "
     "timeout=SECONDS (bound on the test's runs)",
+    "xla_min_devices": "N, a whole number >= 1 (or devices=N)",
     "xla_timeout": "SECONDS (or seconds=SECONDS)",
     "xla_metrics": "by keyword: compilations=N, fallbacks=N",
 }
@@ -29,9 +34,13 @@ ACCEPTS = {
 
 def pytest_configure(config: pytest.Config) -> None:
     for line in (
-        "xla(devices=None, timeout=None): run the test body on every rank of the emulated (or "
-        "real) slice; devices=N for a sub-world of N cores, devices=[1, 2, 8] to parametrize "
-        "over sizes; timeout=SECONDS bounds the test's runs (instead of --xla-timeout)",
+        "xla(devices=None, min_devices=None, timeout=None): run the test body on every rank of "
+        "the emulated (or real) slice; devices=N for a sub-world of N cores, devices=[1, 2, 8] "
+        "to parametrize over sizes; min_devices=N runs on every core and skips (with the "
+        "reason) a session of fewer; timeout=SECONDS bounds the test's runs (instead of "
+        "--xla-timeout)",
+        "xla_min_devices(n): this test (one that drives xla_world, or builds its own world) "
+        "needs at least n XLA cores in the session; skipped, with the reason, below that",
         "xla_timeout(seconds): bound on each per-rank run of this test (overrides --xla-timeout)",
         "xla_metrics(compilations=None, fallbacks=None): fail the test when the test call "
         "compiles more distinct XLA graphs, or runs more aten:: CPU fallbacks (per rank on xla "
@@ -58,9 +67,11 @@ def _sizes(value: Any) -> bool:
 _KEYWORDS: dict[str, dict[str, tuple[Callable[[Any], bool], str]]] = {
     "xla": {
         "devices": (_sizes, "devices must be a positive whole number or a list of them"),
+        "min_devices": (lambda n: _whole(n, 1), "min_devices must be a whole number >= 1"),
         "timeout": (_seconds, "timeout must be a positive number of seconds"),
     },
     "xla_timeout": {"seconds": (_seconds, "seconds must be a positive number")},
+    "xla_min_devices": {"devices": (lambda n: _whole(n, 1), "devices must be a whole number >= 1")},
     "xla_metrics": {
         "compilations": (lambda n: _whole(n, 0), "compilations must be a whole number >= 0"),
         "fallbacks": (lambda n: _whole(n, 0), "fallbacks must be a whole number >= 0"),
@@ -79,10 +90,17 @@ def problems(mark: pytest.Mark) -> list[str]:
     keywords = _KEYWORDS[mark.name]
     given = dict(mark.kwargs)
     found = []
-    if mark.name == "xla_timeout" and mark.args:
-        if len(mark.args) > 1 or "seconds" in given:
-            found.append("takes one number of seconds")
-        given.setdefault("seconds", mark.args[0])
+    single = {
+        "xla_timeout": ("seconds", "one number of seconds"),
+        "xla_min_devices": ("devices", "one number of cores"),
+    }
+    if mark.name in single and mark.args:
+        keyword, what = single[mark.name]
+        if len(mark.args) > 1 or keyword in given:
+            found.append(f"takes {what}")
+        given.setdefault(keyword, mark.args[0])
+    elif mark.name == "xla_min_devices" and "devices" not in given:
+        found.append("takes the least number of cores the test needs: xla_min_devices(N)")
     elif mark.args:
         guesses = " or ".join(f"{name}={mark.args[0]!r}" for name in keywords)
         found.append(f"arguments are given by keyword ({guesses}?)")
@@ -96,6 +114,11 @@ def problems(mark: pytest.Mark) -> list[str]:
         check, what = keywords[name]
         if not check(value):
             found.append(what)
+    if mark.name == "xla" and "devices" in given and "min_devices" in given:
+        found.append(
+            "devices and min_devices exclude each other (devices=N fixes the world's size; "
+            "min_devices=N runs on every core of a session of at least N)"
+        )
     return found
 
 
@@ -103,6 +126,14 @@ def devices(mark: pytest.Mark) -> int | list[int] | None:
     """`devices=` of a checked `xla` marker: None (every core), a size, or a list of sizes."""
     value = mark.kwargs.get("devices")
     return list(value) if isinstance(value, (list, tuple)) else value
+
+
+def min_devices(mark: pytest.Mark) -> int | None:
+    """The least number of cores a checked `xla(min_devices=...)` or `xla_min_devices(...)`
+    marker asks for, if any."""
+    if mark.name == "xla":
+        return mark.kwargs.get("min_devices")
+    return mark.args[0] if mark.args else mark.kwargs.get("devices")
 
 
 def timeout(mark: pytest.Mark) -> float | None:

@@ -2,8 +2,11 @@
 
 Fixtures and `parametrize` values are resolved once, in the parent, and the same objects are
 handed to every rank (as `xmp.spawn` args are); only `xla_rank` differs per rank.
-`devices=N` runs on the first N cores, `devices=[...]` parametrizes over world sizes, and a
-size the session does not have is skipped at the end of collection with a reason.
+`devices=N` runs on the first N cores, `devices=[...]` parametrizes over world sizes,
+`min_devices=N` runs on every core of a session that has at least N; a size the session does
+not have is skipped at the end of collection with a reason, as is a test marked
+`xla_min_devices(N)` (one that drives `xla_world` itself) in a session of fewer cores. The
+skips are tallied by reason for the header (`reporting`).
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from .remote import NotPicklableError
 from .timeouts import timeout_for
 
 _SIZE_PARAM = "_xla_world_size"
+#: Tests skipped for the slice's size, by why: {"need 8 cores": 12, ...} (see `reporting`).
+size_skips_key = pytest.StashKey[dict[str, int]]()
 
 
 @pytest.fixture(autouse=True)
@@ -49,28 +54,61 @@ def world_size(item: pytest.Item) -> int:
     return executor(item.config).size if devices is None else devices  # type: ignore[return-value]
 
 
+def least_devices(item: pytest.Item) -> int | None:
+    """The least number of cores a test runs on (`xla(min_devices=N)`, `xla_min_devices(N)`)."""
+    found = [
+        markers.min_devices(mark)
+        for name in ("xla", "xla_min_devices")
+        for mark in item.iter_markers(name)
+    ]
+    found = [n for n in found if n is not None]
+    return max(found) if found else None
+
+
+def size_skip(item: pytest.Item, available: int, sub_worlds: bool, backend: str):
+    """Why this session's slice cannot run the test, as (tally key, reason), or None."""
+    least = least_devices(item)
+    if least is not None and least > available:
+        return (
+            f"need at least {least} cores",
+            f"needs at least {least} XLA cores, this session has {available} "
+            f"(--xla-devices={least} or more to run it)",
+        )
+    if item.get_closest_marker("xla") is None:
+        return None
+    needed = world_size(item)
+    if needed > available:
+        return (
+            f"need exactly {needed} cores",
+            f"needs {needed} XLA cores, this session has {available} "
+            f"(--xla-devices={needed} or more to run it)",
+        )
+    if needed < available and not sub_worlds:
+        return (
+            f"run on a sub-world of {needed} cores",
+            f"runs on a sub-world of {needed} cores; the {backend} backend "
+            f"runs every one of its {available} cores",
+        )
+    return None
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Skip the sizes this session lacks (after `activation`, which may wake up only now)."""
     config = session.config
     if not is_active(config) or is_xdist_controller(config):
         return
+    run = executor(config)
+    tally: dict[str, int] = {}
     for item in session.items:
-        if item.get_closest_marker("xla") is None:
+        if any(mark.name == "skip" for mark in item.iter_markers()):
+            continue  # skipped already (a conftest's reason, or another of ours): not for size
+        found = size_skip(item, run.size, run.sub_worlds, run.name)
+        if found is None:
             continue
-        needed, available = world_size(item), executor(config).size
-        if needed > available:
-            reason = (
-                f"needs {needed} XLA cores, this session has {available} "
-                f"(--xla-devices={needed} or more to run it)"
-            )
-        elif needed < available and not executor(config).sub_worlds:
-            reason = (
-                f"runs on a sub-world of {needed} cores; the {executor(config).name} backend "
-                f"runs every one of its {available} cores"
-            )
-        else:
-            continue
+        key, reason = found
+        tally[key] = tally.get(key, 0) + 1
         item.add_marker(pytest.mark.skip(reason=reason))
+    config.stash[size_skips_key] = tally
 
 
 def call_test(fn: Callable[..., Any], kwargs: dict[str, Any]) -> None:

@@ -31,6 +31,7 @@ from .outcomes import (
     outcomes_key,
     span,
 )
+from .ranks import size_skips_key
 from .remote import PACKAGE_DIR
 
 
@@ -62,15 +63,47 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     return [header(config), *([profile] if profile else [])]
 
 
-@pytest.hookimpl(trylast=True)  # after `activation` woke up and the profile was chosen
+def size_skips(config: pytest.Config) -> str | None:
+    """`xlasim: 12 tests will skip for this slice's size (4 cores): 8 need at least 8 cores, 4
+    need exactly 8 cores`, once collection is done (`ranks` tallied them)."""
+    tally = config.stash.get(size_skips_key, None)
+    if tally is None:
+        return None
+    size = executor(config).size
+    if not tally:
+        return f"xlasim: no test skips for this slice's size ({size} cores)"
+    total = sum(tally.values())
+    why = ", ".join(
+        f"{n} {_singular(key) if n == 1 else key}"
+        for key, n in sorted(tally.items(), key=lambda kv: -kv[1])
+    )
+    return (
+        f"xlasim: {total} test{'s' if total != 1 else ''} will skip for this slice's size "
+        f"({size} core{'s' if size != 1 else ''}): {why}"
+    )
+
+
+def _singular(phrase: str) -> str:
+    """`need at least 8 cores` -> `needs at least 8 cores` (the tally's phrases are plural)."""
+    verb, _, rest = phrase.partition(" ")
+    return f"{verb}s {rest}"
+
+
+@pytest.hookimpl(trylast=True)  # after `activation` woke up, `ranks` tallied the size skips
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """A session woken up by a collected test missed the header: its lines come now."""
+    """A session woken up by a collected test missed the header: its lines come now; every
+    active session then says how many tests its slice is too small (or too big) for."""
     config = session.config
-    if is_active(config) and woken_by_key in config.stash:
+    if not is_active(config):
+        return
+    if woken_by_key in config.stash:
         write_line(config, header(config))
         profile = hypothesis_profiles.describe(config)
         if profile:
             write_line(config, profile)
+    skips = size_skips(config)
+    if skips:
+        write_line(config, skips)
 
 
 def write_line(config: pytest.Config, line: str) -> None:
