@@ -119,6 +119,25 @@ def test_a_script_that_launches_when_imported_is_told_to_guard_it(tmp_path):
     assert 'Put the launch under `if __name__ == "__main__":`' in done.stderr
 
 
+def test_a_script_that_emulates_at_its_top_runs_in_isolated_ranks(tmp_path):
+    """Each rank's process imports the launching script, so its top-level `xlasim.emulate`
+    runs again inside the ranks: there it is the slice they belong to, not a new one."""
+    script = tmp_path / "top.py"
+    script.write_text(
+        "import xlasim\n"
+        "xlasim.emulate(devices=2)\n"
+        "import torch_xla\n"
+        "import torch_xla.runtime as xr\n"
+        "def fn(i):\n"
+        "    print('rank', xr.global_ordinal(), 'of', xr.world_size())\n"
+        "if __name__ == '__main__':\n"
+        "    torch_xla.launch(fn)\n"
+    )
+    done = python(str(script))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sorted(re.findall(r"rank \d of 2", done.stdout)) == ["rank 0 of 2", "rank 1 of 2"]
+
+
 def test_runtime_started_with_another_count_is_a_clear_error():
     code = "import torch_xla, xlasim\ntorch_xla.device()\nxlasim.emulate(devices=4)\n"
     done = python("-c", code, env={"CPU_NUM_DEVICES": "2", "PJRT_DEVICE": "CPU"})

@@ -26,12 +26,14 @@ from __future__ import annotations
 import glob
 import os
 import pathlib
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Generator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from ..errors import RuntimeAlreadyStartedError, XlasimError
+from . import progress
 from .options import asked_by, resolve
 
 if TYPE_CHECKING:
@@ -103,6 +105,7 @@ def activate(config: pytest.Config) -> None:
         woken_by = config.stash.get(woken_by_key, None)
         if woken_by is None or not core.is_emulated():  # else: the conftest's own slice
             wanted = settings.slice()
+            progress.say(config, f"xlasim: setting up {settings.describe_slice()} ...")
             try:
                 if settings.topology:
                     core.emulate(topology=settings.topology)
@@ -145,17 +148,24 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     start(session)
 
 
-def pytest_sessionstart(session: pytest.Session) -> None:
+@pytest.hookimpl(wrapper=True)  # after pytest's header: the start counts in the session's time
+def pytest_sessionstart(session: pytest.Session) -> Generator[None, None, None]:
+    yield
     if is_active(session.config):
         start(session)
 
 
 def start(session: pytest.Session) -> None:
     """Start the ranks (threads, worker processes or xmp.spawn's workers) before the first
-    test, not inside it; a session that only collects starts none."""
+    test, not inside it; a session that only collects starts none. Worker processes take
+    seconds to start: a line says so before, and how long it took after."""
     config = session.config
-    if not is_xdist_controller(config) and not config.option.collectonly:
-        executor(config).start()
+    if is_xdist_controller(config) or config.option.collectonly:
+        return
+    began = time.monotonic()
+    progress.say(config, "xlasim: starting the ranks ...")
+    executor(config).start()
+    progress.say(config, f"xlasim: ranks ready in {time.monotonic() - began:.1f} s")
 
 
 def topology_description(config: pytest.Config) -> tuple[int, str]:
