@@ -6,7 +6,8 @@ emulation is set up, so its `xmp.spawn` / `torch_xla.launch` calls land on the e
 With `XLASIM_RUN_REPORT=PATH` set, it writes at exit what the run did (launches, collectives by
 op, exit status) as JSON: a script that exits 0 without launching anything is told apart from one
 that passed. `xlasim conformance PATH/TO/xla/test` runs torch_xla's own multi-device tests
-emulated and prints a table (see xlasim/conformance). `xlasim topologies` lists the named slices.
+emulated and prints a table (see xlasim/conformance); `xlasim lightning PATH/TO/lightning` does the
+same for Lightning's TPU tests (see xlasim/lightning). `xlasim topologies` lists the named slices.
 """
 
 from __future__ import annotations
@@ -61,6 +62,11 @@ def _parser() -> argparse.ArgumentParser:
     from .conformance import add_arguments
 
     add_arguments(commands.add_parser("conformance", help="run torch_xla's own tests emulated"))
+    from .lightning import add_arguments as add_lightning_arguments
+
+    add_lightning_arguments(
+        commands.add_parser("lightning", help="run Lightning's TPU tests emulated")
+    )
     return parser
 
 
@@ -124,6 +130,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .conformance import run_conformance
 
         return run_conformance(options)
+    if options.command == "lightning":
+        from .lightning import run_lightning
+
+        return run_lightning(options)
     if options.timeout is not None:
         os.environ["XLASIM_TIMEOUT"] = str(options.timeout)
     if not options.module and not os.path.isfile(options.target):

@@ -1,0 +1,121 @@
+"""The Lightning runner: Lightning's own TPU tests, unmodified, on emulated cores.
+
+    python -m xlasim lightning PATH/TO/lightning [--devices 8] [--processes P] [--timeout S]
+                        [--suite pytorch|fabric|all] [-k SUBSTRING] [--json FILE] [--logs DIR]
+
+Lightning marks its TPU tests `RunIf(tpu=True)`; whether they run is decided by Lightning itself
+(`XLAAccelerator.is_available()` on the emulated slice, never forced), and `PL_RUN_TPU_TESTS=1`
+keeps only those (`discovery`, `execution`). Each file runs in its own pytest process; its
+`standalone=True` tests then run one per process, as Lightning's CI runs them. Every non-pass
+gets a class: a finding documented in docs/lightning.md (`findings`) when its signature is in
+the output, else an unexplained failure (`classify`). The exit status is 1 when a row failed,
+crashed or timed out, so the command can gate CI. Lightning is not a dependency of xlasim:
+install it (and its test requirements) next to xlasim to use this.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from ..conformance.classify import Row
+from ..conformance.execution import Slice
+from ..conformance.table import failing, format_table, write_json
+from .classify import classify, crashed_test
+from .discovery import SUITES, TestFile, discover, tests_dir
+from .execution import Run, execute
+
+DEFAULT_TIMEOUT_S = 600.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The `lightning` subcommand's options (the parser is built by `xlasim.cli`)."""
+    parser.add_argument("checkout", type=Path, help="a Lightning checkout (or its tests/ folder)")
+    parser.add_argument("--devices", type=int, metavar="N", default=8, help="emulated cores")
+    parser.add_argument(
+        "--processes",
+        type=int,
+        metavar="P",
+        default=None,
+        help="worker processes holding the cores (default: xlasim's; 1: every core a thread)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        metavar="SECONDS",
+        default=DEFAULT_TIMEOUT_S,
+        help=f"seconds each pytest process may run (default {DEFAULT_TIMEOUT_S:g})",
+    )
+    parser.add_argument("--suite", choices=sorted(SUITES), default="all", help="default: all")
+    parser.add_argument(
+        "-k", dest="select", metavar="SUBSTRING", default=None, help="only files containing it"
+    )
+    parser.add_argument("--json", type=Path, metavar="FILE", default=None, help="rows as JSON")
+    parser.add_argument(
+        "--logs", type=Path, metavar="DIR", default=None, help="keep every run's output under DIR"
+    )
+
+
+def run_until_done(
+    run: Run, slice: Slice, timeout: float, logs: Path
+) -> tuple[list[Row], list[str]]:
+    """Run `run`; when a test kills the process (no junit), record it as crashed and run the
+    rest again without it, within the same time budget."""
+    deadline = time.monotonic() + timeout
+    rows: list[Row] = []
+    standalone: list[str] = []
+    while True:
+        outcome = execute(run, slice, timeout, logs / f"{run.slug}.{len(run.deselect)}")
+        found, skipped = classify(run, outcome)
+        rows.extend(found)
+        standalone.extend(skipped)
+        crashed = crashed_test(outcome)
+        timeout = deadline - time.monotonic()
+        if crashed is None or crashed in run.deselect or run.standalone or timeout <= 0:
+            return rows, standalone
+        run = dataclasses.replace(run, deselect=(*run.deselect, crashed))
+
+
+def run_file(test_file: TestFile, slice: Slice, timeout: float, logs: Path) -> list[Row]:
+    """A file's rows: its shared-process tests, then each standalone test in a process alone."""
+    rows, standalone = run_until_done(
+        Run(test_file.tests, test_file.rel, standalone=False), slice, timeout, logs
+    )
+    for id in standalone:
+        found, _ = run_until_done(Run(test_file.tests, id, standalone=True), slice, timeout, logs)
+        rows.extend(found)
+    for row in rows:
+        print(f"    {row.result}: {row.id}  {row.reason}", file=sys.stderr, flush=True)
+    return rows
+
+
+def run_lightning(options: argparse.Namespace) -> int:
+    """Run the TPU tests of a Lightning checkout, print the table; 1 if a row gates, else 0."""
+    source = tests_dir(options.checkout.resolve())
+    slice = Slice(options.devices, options.processes)
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory(prefix="xlasim-lightning-") as scratch:
+        # A copy: Lightning's tests check that they leave nothing behind in tests/, and the
+        # checkout stays untouched by whatever they write next to themselves.
+        tests = Path(scratch) / "tests"
+        shutil.copytree(source, tests, ignore=shutil.ignore_patterns("__pycache__"))
+        files = discover(tests, options.suite, options.select)
+        if not files:
+            print(f"xlasim lightning: no RunIf(tpu=True) tests under {source}", file=sys.stderr)
+            return 2
+        logs = options.logs.resolve() if options.logs else Path(scratch) / "logs"
+        for number, test_file in enumerate(files, 1):
+            print(f"[{number}/{len(files)}] {test_file.rel} ...", file=sys.stderr, flush=True)
+            rows.extend(run_file(test_file, slice, options.timeout, logs))
+    print(format_table(rows))
+    if options.json:
+        write_json(options.json, rows)
+    return 1 if failing(rows) else 0
+
+
+__all__ = ["Row", "add_arguments", "run_lightning"]
