@@ -1,5 +1,6 @@
 """Fixtures for the plugin's own tests, which run inner pytest sessions through `pytester`."""
 
+import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -33,6 +34,11 @@ def inner_environment(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
         "PYTEST_XDIST_WORKER",
     ):
         monkeypatch.delenv(name, raising=False)
+    if not os.environ.get("PJRT_DEVICE", "CPU").startswith("CPU"):
+        # On a TPU VM (`tox -e tpu` sets PJRT_DEVICE=TPU) the inner sessions still emulate
+        # on the CPU device: the chips belong to the outer session's workers.
+        monkeypatch.setenv("PJRT_DEVICE", "CPU")
+        monkeypatch.delenv("CPU_NUM_DEVICES", raising=False)
     return monkeypatch
 
 
