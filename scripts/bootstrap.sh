@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Create .venv (once per machine) and install xlasim with its test and dev extras into it.
+# Create .venv (once per machine) and install xlasim with its test, dev and lightning extras into it
+# (lightning: CI's Lightning smoke test, tests/lightning; ~8 s and ~35 MB on top of torch).
 # Re-installs only when pyproject.toml changed, so a warm machine pays nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,6 +13,6 @@ wanted=$(sha256sum pyproject.toml | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$wanted" ]; then
     echo "bootstrap: installing torch 2.9.0 + torch_xla 2.9.0 and test tools into .venv (~2 min, ~7 GB)" >&2
     .venv/bin/python -m pip install --quiet --upgrade pip
-    .venv/bin/python -m pip install --quiet -e '.[dev]'
+    .venv/bin/python -m pip install --quiet -e '.[dev,lightning]'
     echo "$wanted" > "$stamp"
 fi

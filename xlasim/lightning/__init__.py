@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
+import json
 import shutil
 import sys
 import tempfile
@@ -24,18 +26,19 @@ import time
 from pathlib import Path
 
 from ..conformance.classify import Row
-from ..conformance.execution import Slice
 from ..conformance.table import failing, format_table, write_json
 from .classify import classify, crashed_test
 from .discovery import SUITES, TestFile, discover, tests_dir
-from .execution import Run, execute
+from .execution import RECORD, Run, Slice, execute, load
 
 DEFAULT_TIMEOUT_S = 600.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The `lightning` subcommand's options (the parser is built by `xlasim.cli`)."""
-    parser.add_argument("checkout", type=Path, help="a Lightning checkout (or its tests/ folder)")
+    parser.add_argument(
+        "checkout", type=Path, nargs="?", help="a Lightning checkout (or its tests/ folder)"
+    )
     parser.add_argument("--devices", type=int, metavar="N", default=8, help="emulated cores")
     parser.add_argument(
         "--processes",
@@ -43,6 +46,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="P",
         default=None,
         help="worker processes holding the cores (default: xlasim's; 1: every core a thread)",
+    )
+    parser.add_argument(
+        "--topology",
+        metavar="NAME",
+        default=None,
+        help="a named slice instead of --devices (see `xlasim topologies`), e.g. v4-8",
     )
     parser.add_argument(
         "--timeout",
@@ -59,6 +68,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--logs", type=Path, metavar="DIR", default=None, help="keep every run's output under DIR"
     )
+    parser.add_argument(
+        "--reclassify",
+        type=Path,
+        metavar="LOGS",
+        default=None,
+        help="run nothing: classify again the runs kept by an earlier --logs LOGS",
+    )
 
 
 def run_until_done(
@@ -70,7 +86,8 @@ def run_until_done(
     rows: list[Row] = []
     standalone: list[str] = []
     while True:
-        outcome = execute(run, slice, timeout, logs / f"{run.slug}.{len(run.deselect)}")
+        workdir = logs / f"{next(_SEQUENCE):03d}-{run.slug}.{len(run.deselect)}"
+        outcome = execute(run, slice, timeout, workdir)
         found, skipped = classify(run, outcome)
         rows.extend(found)
         standalone.extend(skipped)
@@ -94,10 +111,42 @@ def run_file(test_file: TestFile, slice: Slice, timeout: float, logs: Path) -> l
     return rows
 
 
+_SEQUENCE = itertools.count(1)
+
+
+def reclassify(logs: Path) -> list[Row]:
+    """The rows of the runs an earlier invocation kept under `logs`, classified with today's
+    findings (a finding added after a long run applies without running the tests again)."""
+    rows: list[Row] = []
+    for workdir in sorted(p.parent for p in logs.glob(f"*/{RECORD}")):
+        outcome = load(workdir)
+        recorded = json.loads((workdir / RECORD).read_text())["run"]
+        run = Run(
+            Path(recorded["tests"]),
+            recorded["target"],
+            recorded["standalone"],
+            tuple(recorded["deselect"]),
+        )
+        rows.extend(classify(run, outcome)[0])
+    return rows
+
+
+def finish(rows: list[Row], options: argparse.Namespace) -> int:
+    print(format_table(rows))
+    if options.json:
+        write_json(options.json, rows)
+    return 1 if failing(rows) else 0
+
+
 def run_lightning(options: argparse.Namespace) -> int:
     """Run the TPU tests of a Lightning checkout, print the table; 1 if a row gates, else 0."""
+    if options.reclassify:
+        return finish(reclassify(options.reclassify.resolve()), options)
+    if options.checkout is None:
+        print("xlasim lightning: give a Lightning checkout (or --reclassify LOGS)", file=sys.stderr)
+        return 2
     source = tests_dir(options.checkout.resolve())
-    slice = Slice(options.devices, options.processes)
+    slice = Slice(options.devices, options.processes, options.topology)
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="xlasim-lightning-") as scratch:
         # A copy: Lightning's tests check that they leave nothing behind in tests/, and the
@@ -112,10 +161,7 @@ def run_lightning(options: argparse.Namespace) -> int:
         for number, test_file in enumerate(files, 1):
             print(f"[{number}/{len(files)}] {test_file.rel} ...", file=sys.stderr, flush=True)
             rows.extend(run_file(test_file, slice, options.timeout, logs))
-    print(format_table(rows))
-    if options.json:
-        write_json(options.json, rows)
-    return 1 if failing(rows) else 0
+    return finish(rows, options)
 
 
 __all__ = ["Row", "add_arguments", "run_lightning"]

@@ -12,6 +12,8 @@ leaves one running. Lightning's own selection does the rest: `PL_RUN_TPU_TESTS=1
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
 import os
 import signal
 import subprocess
@@ -20,12 +22,28 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..conformance.execution import _FOREIGN_ENV, Outcome, Slice, _wait_unreaped
+from ..conformance.execution import _FOREIGN_ENV, Outcome, _wait_unreaped
 from ..conformance.pytest_probe import PROGRESS_ENV
 
 #: Lightning's switches (tests/tests_pytorch/conftest.py, tests/tests_fabric/conftest.py).
 TPU_TESTS_ENV = "PL_RUN_TPU_TESTS"
 STANDALONE_TESTS_ENV = "PL_RUN_STANDALONE_TESTS"
+
+
+@dataclass(frozen=True)
+class Slice:
+    """The emulated slice every run gets: a core count (and the worker processes holding them;
+    None: xlasim's default), or a named topology (`xlasim topologies`) instead."""
+
+    devices: int = 8
+    processes: int | None = None
+    topology: str | None = None
+
+    def pytest_options(self) -> list[str]:
+        if self.topology:
+            return [f"--xla-topology={self.topology}"]
+        processes = [] if self.processes is None else [f"--xla-processes={self.processes}"]
+        return [f"--xla-devices={self.devices}", *processes]
 
 
 @dataclass(frozen=True)
@@ -49,7 +67,7 @@ def execute(run: Run, slice: Slice, timeout: float, workdir: Path) -> Outcome:
     file and progress file go to `workdir`."""
     workdir.mkdir(parents=True, exist_ok=True)
     log, junit, progress = workdir / "output.log", workdir / "junit.xml", workdir / "started.txt"
-    for stale in (junit, progress):
+    for stale in (junit, progress, workdir / RECORD):
         stale.unlink(missing_ok=True)
     started = time.monotonic()
     with open(log, "wb") as out:
@@ -66,10 +84,25 @@ def execute(run: Run, slice: Slice, timeout: float, workdir: Path) -> Outcome:
         with contextlib.suppress(ProcessLookupError):  # the whole group is gone
             os.killpg(child.pid, signal.SIGKILL)
         status = child.wait() if exited else None
+    seconds = time.monotonic() - started
+    record = {"run": dataclasses.asdict(run), "status": status, "seconds": seconds}
+    (workdir / RECORD).write_text(json.dumps({**record, "timeout": timeout}, default=str))
+    return load(workdir)
+
+
+#: What `execute` leaves in a run's directory besides the output and junit: enough to classify
+#: the run again later (`xlasim lightning --reclassify LOGS`) without running it again.
+RECORD = "run.json"
+
+
+def load(workdir: Path) -> Outcome:
+    """The outcome of the run recorded in `workdir`."""
+    record = json.loads((workdir / RECORD).read_text())
+    log, junit, progress = workdir / "output.log", workdir / "junit.xml", workdir / "started.txt"
     return Outcome(
-        status=status,
-        seconds=time.monotonic() - started,
-        timeout=timeout,
+        status=record["status"],
+        seconds=record["seconds"],
+        timeout=record["timeout"],
         output=log.read_text(encoding="utf-8", errors="replace"),
         report=None,
         junit=junit if junit.exists() else None,
@@ -79,13 +112,11 @@ def execute(run: Run, slice: Slice, timeout: float, workdir: Path) -> Outcome:
 
 
 def command(run: Run, slice: Slice, junit: Path) -> list[str]:
-    processes = [] if slice.processes is None else [f"--xla-processes={slice.processes}"]
     return [
         sys.executable,
         "-m",
         "pytest",
-        f"--xla-devices={slice.devices}",
-        *processes,
+        *slice.pytest_options(),
         run.target,
         f"--rootdir={run.tests}",
         f"--junitxml={junit}",
