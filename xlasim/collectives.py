@@ -16,7 +16,7 @@ import torch_xla
 import torch_xla.utils.utils as xu
 
 from . import combine as combining
-from . import compiled, context
+from . import compiled, context, traced_counters
 from .callsite import call_location
 from .reduction import check_reduce_type
 from .run import Call
@@ -134,6 +134,7 @@ def all_reduce(
     if ctx.world_size == 1 and not xu.getenv_as("XLA_ALWAYS_ALLREDUCE", bool, False):
         return inputs.clone() if isinstance(inputs, torch.Tensor) else inputs
     tensors, single = _as_list(inputs, "inputs")
+    traced_counters.bump("AllReduce" if single else "AllReduceInPlace")
     for tensor in tensors:
         check_reduce_type(reduce_type, tensor.dtype)
     members = group_of(ctx.rank, ctx.world_size, groups)
@@ -175,6 +176,8 @@ def all_gather(
         raise RuntimeError(
             "For xm.all_gather with list of tensors input, pin_layout=True is not yet supported."
         )
+    if single:
+        traced_counters.bump("AllGather" if output is None else "AllGatherOut")
     dims = [_dim(t, dim, "all_gather") for t in tensors]
     members = group_of(ctx.rank, ctx.world_size, groups, equal_sizes=True)
     call = _call(
@@ -209,6 +212,8 @@ def reduce_scatter(
         )
     ctx = context.require("xm.reduce_scatter")
     tensors, single = _as_list(input, "input")
+    if single:
+        traced_counters.bump("ReduceScatter" if output is None else "ReduceScatterOut")
     members = group_of(ctx.rank, ctx.world_size, groups, equal_sizes=True)
     if shard_count != len(members):
         raise ValueError(
@@ -254,6 +259,7 @@ def all_to_all(
     if torch.compiler.is_compiling():  # dynamo traces this: see compiled.py
         return compiled.all_to_all(value, split_dimension, concat_dimension, split_count, groups)
     ctx = context.require("xm.all_to_all")
+    traced_counters.bump("AllToAll")
     members = group_of(ctx.rank, ctx.world_size, groups, equal_sizes=True)
     if split_count != len(members):
         raise ValueError(

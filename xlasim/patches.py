@@ -43,7 +43,7 @@ def _targets() -> list[tuple[Any, str, Any]]:
     import torch_xla.runtime as xr
     from torch_xla._internal import pjrt
 
-    from . import collectives, compiled, distributed, launch, queries, seeding
+    from . import collectives, compiled, distributed, launch, queries, seeding, traced_counters
 
     runtime_originals = {
         name: getattr(xr, name)
@@ -83,6 +83,7 @@ def _targets() -> list[tuple[Any, str, Any]]:
         (xmp, "spawn", launch.spawn),
         (pjrt, "spawn", launch.pjrt_spawn),
         (pjrt, "run_multiprocess", launch.run_multiprocess),
+    targets += traced_counters.patches()
         (pjrt, "spawn_threads", launch.spawn_threads),
     ]
     targets += distributed.patches()

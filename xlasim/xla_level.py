@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 
-from . import compiled, context
+from . import compiled, context, traced_counters
 
 #: c10d reduce op names (and torch_xla's own) -> xm reduce types; torch_xla has no avg or xor.
 _REDUCE_TYPES = {
@@ -136,10 +136,24 @@ C10D_KERNELS: dict[str, Callable[..., Any]] = {
 }
 
 
+#: The functional ops whose torch_xla kernels count themselves (`cross_replica_reduces.cpp`).
+COUNTED = ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single")
+
+
+def _counted(name: str, kernel: Callable[..., Any]) -> Callable[..., Any]:
+    def counted_kernel(*args: Any) -> Any:
+        with traced_counters.traced_as(name):
+            return kernel(*args)
+
+    return counted_kernel
+
+
 def register(library: torch.library.Library) -> None:
     """Override the XLA kernels of `_c10d_functional` in `library` (kind IMPL, key XLA)."""
     for name, kernel in C10D_KERNELS.items():
-        library.impl(name, kernel, allow_override=True)
+        library.impl(
+            name, _counted(name, kernel) if name in COUNTED else kernel, allow_override=True
+        )
 
 
 # ------------------------------------------------------------------------------ torch_xla._XLAC
