@@ -4,6 +4,10 @@ The emulated and the gloo workers must time exactly the same thing (same buffer 
 iteration counts, same start and end points) or their ratio means nothing, so every such choice
 lives here once. Workers run in their own processes (the XLA device count is fixed per process,
 gloo needs one process per rank) and report through tagged JSON lines on stdout.
+
+xlasim has two modes, and every xlasim measure is taken in both, in the same run: `isolated`
+(the default of `xlasim.emulate(devices=N)`: one worker process per core, as on TPU v4+) and
+`threads` (`processes=1`: every core a thread of one process, the fast mode).
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter")
+#: xlasim's modes, in the order they are measured: the default first.
+MODES = ("isolated", "threads")
 KIB, MIB = 2**10, 2**20
 SIZES = (4 * KIB, MIB, 16 * MIB)
 FLOAT32_BYTES = 4
@@ -138,6 +144,25 @@ def collective_record(
     }
 
 
+def emulate(devices: int, mode: str) -> Any:
+    """Start emulation in `mode`: `isolated` is `xlasim.emulate(devices=N)` exactly as a user
+    writes it (whatever the default is), `threads` asks for one process."""
+    import xlasim
+
+    if mode == "threads":
+        return xlasim.emulate(devices=devices, processes=1)
+    topology = xlasim.emulate(devices=devices)
+    if topology.processes != devices:  # XLASIM_PROCESSES in the environment, or a new default
+        raise RuntimeError(f"isolated mode wanted a process per core, got {topology.describe()}")
+    return topology
+
+
+def add_mode_argument(parser: argparse.ArgumentParser) -> None:
+    """`--mode`, for the workers that measure xlasim (one mode per process: the slice is chosen
+    once per process)."""
+    parser.add_argument("--mode", choices=MODES, default=MODES[0])
+
+
 def emit(record: dict[str, Any]) -> None:
     """Hand a record to the orchestrator at once, so a worker killed later loses only the rest."""
     print(RESULT_TAG + json.dumps(record), flush=True)
@@ -152,9 +177,12 @@ def parse_records(stdout: str) -> list[dict[str, Any]]:
     ]
 
 
-def worker_arguments(description: str) -> argparse.Namespace:
-    """The command line both collective workers take from the orchestrator."""
+def worker_arguments(description: str, modes: bool = False) -> argparse.Namespace:
+    """The command line both collective workers take from the orchestrator (`--mode` for the
+    xlasim one)."""
     parser = argparse.ArgumentParser(description=description)
+    if modes:
+        add_mode_argument(parser)
     parser.add_argument("--devices", type=int, required=True)
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
     parser.add_argument("--ops", nargs="+", default=list(OPS), choices=OPS)

@@ -1,16 +1,20 @@
-"""Worker: time xm collectives on a world of N emulated cores (one process per N).
+"""Worker: time xm collectives on a world of N emulated cores (one process per N and mode).
 
-`python benchmarks/emulated.py --devices N` emulates N cores, then for each (op, size) runs one
-`world.run` in which every rank, for each block, waits at a barrier, then calls the patched
-`xm` collective on an XLA tensor `iterations` times, each followed by
-`torch_xla.sync(wait=True)`, so the result is on the rank's device and nothing is left pending
-when the clock stops. Inputs are device data (synced before timing): a pending graph on the
-input would add its own execution to the first collective, which is not the collective's cost.
+`python benchmarks/emulated.py --devices N [--mode isolated|threads]` emulates N cores, then for
+each (op, size) runs one `world.run` in which every rank, for each block, waits at
+`xm.rendezvous`, then calls the patched `xm` collective on an XLA tensor `iterations` times, each
+followed by `torch_xla.sync(wait=True)`, so the result is on the rank's device and nothing is
+left pending when the clock stops. Inputs are device data (synced before timing): a pending graph
+on the input would add its own execution to the first collective, which is not the collective's
+cost.
+
+The block barrier is `xm.rendezvous` in both modes: a `threading.Barrier` cannot reach ranks in
+other processes, and one barrier for both modes keeps their block starts alike. Rank functions
+live at module level: isolated ranks get them pickled by reference, as `xmp.spawn` does.
 """
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 
@@ -20,6 +24,7 @@ from common import (
     buffer_elements,
     collective_record,
     emit,
+    emulate,
     expected_ends,
     memcpy_seconds,
     moved_bytes,
@@ -56,14 +61,18 @@ def check_result(op: str, result: torch.Tensor, elements: int, devices: int) -> 
         raise AssertionError(f"{op}: {host.numel()} elements ending {got}, expected {ends}")
 
 
-def rank_loop(
-    rank: int, op: str, nbytes: int, the_plan: Plan, barrier: threading.Barrier
-) -> list[Span]:
-    """One rank's part: warm up, check, then time each block from barrier to synced result."""
-    import torch_xla
+BLOCK_TAG = "xlasim-bench-block"
 
-    devices = barrier.parties
-    device = torch.device(xlasim.current().device)
+
+def rank_loop(rank: int, op: str, nbytes: int, the_plan: Plan) -> list[Span]:
+    """One rank's part: warm up, check, then time each block from the rendezvous to the synced
+    result."""
+    import torch_xla
+    import torch_xla.core.xla_model as xm
+
+    here = xlasim.current()
+    devices = here.world_size
+    device = torch.device(here.device)
     in_elements, out_elements = buffer_elements(op, nbytes, devices)
     x = torch.full((in_elements,), float(rank + 1), device=device)
     torch_xla.sync(wait=True)
@@ -74,7 +83,7 @@ def rank_loop(
     check_result(op, result, out_elements, devices)
     spans = []
     for _ in range(the_plan.repeats):
-        barrier.wait()
+        xm.rendezvous(BLOCK_TAG)
         start = time.perf_counter()
         for _ in range(the_plan.iterations):
             call(x)
@@ -83,27 +92,28 @@ def rank_loop(
     return spans
 
 
-def measure(world: xlasim.World, op: str, nbytes: int, repeats: int) -> dict:
+def measure(world: xlasim.World, mode: str, op: str, nbytes: int, repeats: int) -> dict:
     """One case on the whole world: every rank's spans, turned into seconds per call, with
-    the time a memcpy of the bytes it must move took just before it."""
+    the time a memcpy of the bytes it must move took just before it (in this, the launching
+    process: in isolated mode it only serves the ranks' links while they run)."""
     the_plan = plan(nbytes, world.size, repeats)
-    barrier = threading.Barrier(world.size)
     bound = memcpy_seconds(moved_bytes(op, nbytes, world.size))
-    spans = world.run(rank_loop, args=(op, nbytes, the_plan, barrier))
+    spans = world.run(rank_loop, args=(op, nbytes, the_plan))
     blocks = per_call_seconds(spans, the_plan.iterations)
     record = collective_record(op, nbytes, world.size, the_plan, blocks)
+    record["mode"] = mode
     record["topology"] = world.topology.describe()
     record["memcpy_bound_s"] = bound
     return record
 
 
 def main() -> None:
-    args = worker_arguments(__doc__.splitlines()[0])
-    xlasim.emulate(devices=args.devices)
+    args = worker_arguments(__doc__.splitlines()[0], modes=True)
+    emulate(args.devices, args.mode)
     world = xlasim.world()
     for nbytes in args.sizes:
         for op in args.ops:
-            emit(measure(world, op, nbytes, args.repeats))
+            emit(measure(world, args.mode, op, nbytes, args.repeats))
 
 
 if __name__ == "__main__":

@@ -1,24 +1,37 @@
 """Worker: the non-collective measures, each in a fresh process of its own.
 
-`python benchmarks/probes.py startup|dispatch|rss` prints one record. A fresh process is the
-point: start-up must include starting the XLA runtime and the rank threads, and resident memory
-must be the world's, not what earlier measures left behind.
+`python benchmarks/probes.py startup|dispatch|rss [--mode isolated|threads]` prints one record.
+A fresh process is the point: start-up must include starting the XLA runtime and the ranks
+(threads, or the zygote and the worker processes forked from it), and memory must be the
+world's, not what earlier measures left behind.
+
+Functions run on ranks live at module level: isolated ranks receive them pickled by reference
+(workers import this script as `__mp_main__`), and threads get the very same functions, so both
+modes run identical code.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
 
-from common import emit
+from common import add_mode_argument, emit, emulate
 
 STARTUP_DEVICES = 8
 DISPATCH_DEVICES = 8
 DISPATCH_WARMUP, DISPATCH_RUNS = 20, 300
 RSS_DEVICES = 64
 TINY_ELEMENTS = 1024  # a 4 KB float32 all_reduce
+PROC = Path("/proc")
+
+
+def noop(rank: int) -> None:
+    """The launched function of the start-up and dispatch probes: the launch cost alone."""
 
 
 def tiny_all_reduce(rank: int) -> None:
@@ -34,23 +47,26 @@ def tiny_all_reduce(rank: int) -> None:
     torch_xla.sync(wait=True)
 
 
-def startup() -> dict:
+def startup(mode: str) -> dict:
     """Seconds from `xlasim.emulate(8)` to the end of the first `world.run`, in a fresh process.
 
-    Importing xlasim (which imports torch) is timed apart; `emulate` imports torch_xla, so that
-    is inside `xlasim_s`. The first collective (tracing, first transfers) is reported apart too.
+    Importing xlasim (which imports torch) is timed apart; `emulate` imports torch_xla (and, in
+    isolated mode, starts the zygote), so that is inside `xlasim_s`, as are the worker processes
+    the first `world()` starts. The first collective (tracing, first transfers) is reported
+    apart too.
     """
     began = time.perf_counter()
     import xlasim
 
     imported = time.perf_counter()
-    xlasim.emulate(devices=STARTUP_DEVICES)
+    emulate(STARTUP_DEVICES, mode)
     world = xlasim.world()
-    world.run(lambda rank: None)
+    world.run(noop)
     ready = time.perf_counter()
     world.run(tiny_all_reduce)
     return {
         "op": "startup",
+        "mode": mode,
         "devices": STARTUP_DEVICES,
         "topology": world.topology.describe(),
         "xlasim_s": ready - imported,
@@ -66,22 +82,23 @@ def timed(fn: Callable[[], object]) -> float:
     return time.perf_counter() - began
 
 
-def dispatch() -> dict:
-    """Median seconds of `world.run(lambda r: None)` on a warm world of 8: the launch cost alone."""
+def dispatch(mode: str) -> dict:
+    """Median seconds of `world.run(noop)` on a warm world of 8: the launch cost alone."""
     import xlasim
 
-    xlasim.emulate(devices=DISPATCH_DEVICES)
+    emulate(DISPATCH_DEVICES, mode)
     world = xlasim.world()
     world.run(tiny_all_reduce)
 
-    def noop() -> object:
-        return world.run(lambda rank: None)
+    def run_noop() -> object:
+        return world.run(noop)
 
     for _ in range(DISPATCH_WARMUP):
-        noop()
-    samples = sorted(timed(noop) for _ in range(DISPATCH_RUNS))
+        run_noop()
+    samples = sorted(timed(run_noop) for _ in range(DISPATCH_RUNS))
     return {
         "op": "dispatch",
+        "mode": mode,
         "devices": DISPATCH_DEVICES,
         "topology": world.topology.describe(),
         "xlasim_s": statistics.median(samples),
@@ -90,38 +107,110 @@ def dispatch() -> dict:
     }
 
 
-def status_bytes(field: str) -> int:
-    """A `kB` field of /proc/self/status, in bytes."""
-    with open("/proc/self/status") as status:
-        for line in status:
+def kib_field(path: Path, field: str) -> int:
+    """A `kB` field of a /proc status-like file, in bytes."""
+    with path.open() as lines:
+        for line in lines:
             if line.startswith(field + ":"):
                 return int(line.split()[1]) * 1024
     raise KeyError(field)
 
 
-def rss() -> dict:
-    """Resident memory of a process holding a world of 64 cores after one 4 KB all_reduce."""
+def parents() -> dict[int, int]:
+    """Every visible process's parent: the process tree is only stored child -> parent."""
+    tree = {}
+    for entry in PROC.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:  # gone meanwhile
+            continue
+        # `pid (comm) state ppid ...`; comm may hold spaces and parentheses.
+        tree[int(entry.name)] = int(stat[stat.rindex(")") + 2 :].split()[1])
+    return tree
+
+
+def descendants(root: int) -> list[int]:
+    """`root` and every process below it (worker processes are the forkserver's children)."""
+    tree = parents()
+    found, frontier = [root], [root]
+    while frontier:
+        frontier = [pid for pid, parent in tree.items() if parent in frontier]
+        found += frontier
+    return found
+
+
+def tree_memory(pids: list[int]) -> tuple[int, int, int]:
+    """(summed Pss, summed private bytes, processes read) over `pids`.
+
+    Proportional set size counts a page shared by k processes 1/k in each, so the sum is what
+    the tree holds, where a sum of RSS would count the zygote's pages once per worker. Pages
+    shared with processes outside the tree (other torch programs on a shared machine map the
+    same libraries) are split with them too, so the private sum, a floor, is reported beside it.
+    """
+    pss = private = counted = 0
+    for pid in pids:
+        rollup = PROC / str(pid) / "smaps_rollup"
+        try:
+            pss += kib_field(rollup, "Pss")
+            private += kib_field(rollup, "Private_Clean") + kib_field(rollup, "Private_Dirty")
+        except (OSError, KeyError):  # exited meanwhile
+            continue
+        counted += 1
+    return pss, private, counted
+
+
+def refused(error: Exception, mode: str) -> dict:
+    """The record of a world xlasim declined to start, with the count it says fits."""
     import xlasim
 
-    xlasim.emulate(devices=RSS_DEVICES)
-    world = xlasim.world()
-    world.run(tiny_all_reduce)
+    fits = re.search(r"holds at most (\d+)", str(error))
     return {
         "op": "rss",
+        "mode": mode,
         "devices": RSS_DEVICES,
-        "topology": world.topology.describe(),
-        "rss_bytes": status_bytes("VmRSS"),
-        "hwm_bytes": status_bytes("VmHWM"),
+        "error": f"{type(error).__name__}: {error}",
+        "largest_fit": int(fits.group(1)) if fits else None,
+        "max_devices": xlasim.max_devices(threaded=mode == "threads"),
     }
 
 
-PROBES: dict[str, Callable[[], dict]] = {"startup": startup, "dispatch": dispatch, "rss": rss}
+def rss(mode: str) -> dict:
+    """Memory of a world of 64 cores after one 4 KB all_reduce: this process's RSS and peak,
+    and the summed Pss of this process and all its descendants (zygote, workers)."""
+    import xlasim
+
+    try:
+        emulate(RSS_DEVICES, mode)
+    except xlasim.DeviceCountError as error:
+        return refused(error, mode)
+    world = xlasim.world()
+    world.run(tiny_all_reduce)
+    pss, private, processes = tree_memory(descendants(os.getpid()))
+    status = PROC / "self" / "status"
+    return {
+        "op": "rss",
+        "mode": mode,
+        "devices": RSS_DEVICES,
+        "topology": world.topology.describe(),
+        "rss_bytes": kib_field(status, "VmRSS"),
+        "hwm_bytes": kib_field(status, "VmHWM"),
+        "pss_bytes": pss,
+        "private_bytes": private,
+        "processes": processes,
+    }
+
+
+PROBES: dict[str, Callable[[str], dict]] = {"startup": startup, "dispatch": dispatch, "rss": rss}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("probe", choices=sorted(PROBES))
-    emit(PROBES[parser.parse_args().probe]())
+    add_mode_argument(parser)
+    args = parser.parse_args()
+    emit(PROBES[args.probe](args.mode))
 
 
 if __name__ == "__main__":

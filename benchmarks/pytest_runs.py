@@ -8,6 +8,9 @@ the warm-up to the end of the last one: process start-up (seconds, and noisy on 
 machine) would otherwise swamp a difference of milliseconds per test. Everything pytest does
 per test (hooks, reports, capture) is inside the span. No pytester: it would measure
 in-process re-runs, not what a user's command line pays.
+
+Both measures run in both modes: `pytest --xla-devices=8` (isolated, the plugin's default: one
+worker process per core) and `pytest --xla-devices=8 --xla-processes=1` (threads).
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from processes import Finished, run_bounded
 DEVICES = 8
 TESTS = 200
 PYTEST_TIMEOUT_S = 300.0
-SUITE_TIMEOUT_S = 1800.0
+#: ~15 minutes when the machine is quiet; twice that under load.
+SUITE_TIMEOUT_S = 3600.0
 REPO = Path(__file__).resolve().parent.parent
 SPAN_TAG = "@@xlasim-bench-span "
 
@@ -61,13 +65,19 @@ def plugin_available() -> bool:
     return importlib.util.find_spec("xlasim.pytest_plugin") is not None
 
 
-def pytest_command(*arguments: str) -> list[str]:
-    """pytest on 8 emulated cores, without the cache plugin writing into the tree."""
+def mode_options(mode: str) -> list[str]:
+    """The options a user types for `mode`: none for the default (isolated)."""
+    return ["--xla-processes=1"] if mode == "threads" else []
+
+
+def pytest_command(mode: str, *arguments: str) -> list[str]:
+    """pytest on 8 emulated cores in `mode`, without the cache plugin writing into the tree."""
     return [
         sys.executable,
         "-m",
         "pytest",
         f"--xla-devices={DEVICES}",
+        *mode_options(mode),
         "-q",
         "-p",
         "no:cacheprovider",
@@ -89,16 +99,18 @@ def write_conftest(directory: Path) -> None:
     (directory / "conftest.py").write_text(_CONFTEST.replace("{SPAN_TAG}", SPAN_TAG))
 
 
-def passed_run(directory: Path, path: Path) -> tuple[float, float]:
+def passed_run(directory: Path, path: Path, mode: str) -> tuple[float, float]:
     """(span of the timed tests, wall seconds) of one pytest run of `path`; every test must pass."""
-    finished = run_bounded(pytest_command(path.name), PYTEST_TIMEOUT_S, cwd=directory)
+    finished = run_bounded(pytest_command(mode, path.name), PYTEST_TIMEOUT_S, cwd=directory)
     spans = [line for line in finished.stdout.splitlines() if line.startswith(SPAN_TAG)]
     if not finished.ok or f"{TESTS + 1} passed" not in finished.stdout or not spans:
-        raise RuntimeError(f"pytest {path.name}: {finished.failure() or finished.stdout[-2000:]}")
+        raise RuntimeError(
+            f"pytest {path.name} ({mode}): {finished.failure() or finished.stdout[-2000:]}"
+        )
     return float(spans[-1][len(SPAN_TAG) :]), finished.seconds
 
 
-def dispatch(rounds: int) -> dict:
+def dispatch(rounds: int, mode: str) -> dict:
     """Per-test overhead of a marked test over a plain one, best of `rounds` alternated runs."""
     with tempfile.TemporaryDirectory(prefix="xlasim-bench-") as name:
         directory = Path(name)
@@ -106,12 +118,13 @@ def dispatch(rounds: int) -> dict:
         plain, marked = write_tests(directory, marked=False), write_tests(directory, marked=True)
         plain_runs, marked_runs = [], []
         for _ in range(rounds):
-            plain_runs.append(passed_run(directory, plain))
-            marked_runs.append(passed_run(directory, marked))
+            plain_runs.append(passed_run(directory, plain, mode))
+            marked_runs.append(passed_run(directory, marked, mode))
     plain_span, plain_wall = min(plain_runs)
     marked_span, marked_wall = min(marked_runs)
     return {
         "op": "pytest_dispatch",
+        "mode": mode,
         "devices": DEVICES,
         "xlasim_s": (marked_span - plain_span) / TESTS,
         "plain_span_s": plain_span,
@@ -128,12 +141,15 @@ def summary_line(finished: Finished) -> str:
     return lines[-1].strip("= ") if lines else finished.failure()
 
 
-def suite() -> dict:
-    """Wall time of `pytest --xla-devices=8` on the repository's own suite."""
-    finished = run_bounded(pytest_command(), SUITE_TIMEOUT_S, cwd=REPO)
+def suite(mode: str) -> dict:
+    """Wall time of `pytest --xla-devices=8` (with `--xla-processes=1` for threads) on the
+    repository's own suite."""
+    finished = run_bounded(pytest_command(mode), SUITE_TIMEOUT_S, cwd=REPO)
     return {
         "op": "suite",
+        "mode": mode,
         "devices": DEVICES,
+        "command": " ".join(["pytest", *pytest_command(mode)[3:]]),
         "xlasim_s": finished.seconds,
         "returncode": finished.returncode,
         "timed_out": finished.timed_out,

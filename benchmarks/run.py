@@ -1,11 +1,13 @@
-"""Benchmarks of issue 6: emulated collectives and dispatch, each against a peer from the same run.
+"""Benchmarks of issues 6 and 11: emulated collectives, start-up, dispatch and memory, in both
+xlasim modes (isolated ranks, the default, and threads), each against peers from the same run.
 
     python benchmarks/run.py [--quick] [--suite] [--json PATH]
 
 Every measure runs in a bounded child process (see processes.py); this process collects the
 records and prints the table and the targets. The machine may be shared, so figures are judged
-as ratios against peers measured in this same run: gloo right after xlasim for each N, and a
-memcpy of the bytes each case must move, timed in the xlasim worker just before the case.
+as ratios against peers measured in this same run: for each N, xlasim isolated, then xlasim
+threads, then gloo, back to back; a memcpy of the bytes each case must move, timed in the xlasim
+worker just before the case; and each probe in both modes, one right after the other.
 """
 
 from __future__ import annotations
@@ -21,15 +23,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest_runs
-from common import OPS, SIZES, moved_bytes, parse_records
+from common import MODES, OPS, SIZES, moved_bytes, parse_records
 from processes import Finished, run_script
 from report import judge_all, render
 
 Record = dict[str, Any]
-#: Bounds on each child; the worst case of a full run stays under ~15 minutes in practice.
-EMULATED_TIMEOUT_S = 300.0
+#: Bounds on each child; the worst case of a full run stays under ~25 minutes in practice.
+EMULATED_TIMEOUT_S = {"threads": 300.0, "isolated": 600.0}
 GLOO_TIMEOUT_S = {2: 180.0, 8: 240.0, 32: 420.0}
-PROBE_TIMEOUT_S = 240.0
+#: The memory probe starts 64 worker processes in isolated mode: a minute on a loaded machine.
+PROBE_TIMEOUT_S = {"startup": 240.0, "dispatch": 240.0, "rss": 600.0}
+PROBES = ("startup", "dispatch", "rss")
+#: What `isolated_over_threads` divides, by op (time, except for memory).
+PEER_METRIC = {"rss": "pss_bytes"}
 
 
 class Progress:
@@ -74,12 +80,13 @@ def worker_records(finished: Finished, what: str, notes: list[str]) -> list[Reco
 def collective_runs(
     devices: int, repeats: int, notes: list[str], progress: Progress
 ) -> tuple[list[Record], list[Record]]:
-    """The emulated and the gloo worker for one N, back to back."""
+    """The emulated workers (one per mode) and the gloo worker for one N, back to back."""
     arguments = ["--devices", str(devices), "--repeats", str(repeats)]
-    progress(f"xlasim collectives, N={devices}")
-    emulated = worker_records(
-        run_script("emulated.py", arguments, EMULATED_TIMEOUT_S), f"xlasim N={devices}", notes
-    )
+    emulated = []
+    for mode in MODES:
+        progress(f"xlasim collectives, N={devices}, {mode}")
+        finished = run_script("emulated.py", [*arguments, "--mode", mode], EMULATED_TIMEOUT_S[mode])
+        emulated += worker_records(finished, f"xlasim N={devices} {mode}", notes)
     progress(f"gloo collectives, N={devices} processes")
     timeout = GLOO_TIMEOUT_S.get(devices, max(GLOO_TIMEOUT_S.values()))
     gloo = worker_records(run_script("gloo.py", arguments, timeout), f"gloo N={devices}", notes)
@@ -91,7 +98,8 @@ def ratio(numerator: float | None, denominator: float | None) -> float | None:
 
 
 def merge(devices: int, emulated: list[Record], gloo: list[Record]) -> list[Record]:
-    """One record per (op, size) with both times, the memcpy bound and their ratios."""
+    """One record per (op, size, mode) with its time, gloo's, the memcpy bound and the ratios
+    (each mode against the one gloo run and against its own bound)."""
     by_case = {(r["op"], r["bytes"]): r for r in gloo}
     merged = []
     for r in emulated:
@@ -103,6 +111,7 @@ def merge(devices: int, emulated: list[Record], gloo: list[Record]) -> list[Reco
                 "op": r["op"],
                 "bytes": r["bytes"],
                 "devices": devices,
+                "mode": r["mode"],
                 "topology": r["topology"],
                 "xlasim_s": r["seconds"],
                 "gloo_s": peer.get("seconds"),
@@ -121,28 +130,55 @@ def merge(devices: int, emulated: list[Record], gloo: list[Record]) -> list[Reco
     return merged
 
 
+def pair_modes(records: list[Record]) -> None:
+    """Give each isolated record its threads peer's figure and `isolated_over_threads`: what
+    isolation costs, measured back to back (time; summed Pss for memory)."""
+    threads = {(r["op"], r["bytes"], r["devices"]): r for r in records if r["mode"] == "threads"}
+    for r in records:
+        peer = threads.get((r["op"], r["bytes"], r["devices"]))
+        if r["mode"] != "isolated" or peer is None:
+            continue
+        if r.get("timed_out") or peer.get("timed_out"):  # a suite cut short: no fair ratio
+            continue
+        metric = PEER_METRIC.get(r["op"], "xlasim_s")
+        r[f"threads_{metric.removeprefix('xlasim_')}"] = peer.get(metric)
+        r["isolated_over_threads"] = ratio(r.get(metric), peer.get(metric))
+
+
 def complete(record: Record) -> Record:
     """A non-collective record with the keys every record has (null where they do not apply)."""
     base = dict.fromkeys(
-        ("op", "bytes", "devices", "topology", "xlasim_s", "gloo_s", "memcpy_bound_s")
+        ("op", "bytes", "devices", "mode", "topology", "xlasim_s", "gloo_s", "memcpy_bound_s")
     )
     return {**base, **record}
 
 
-def probe_records(rounds: int, suite: bool, notes: list[str], progress: Progress) -> list[Record]:
-    """Start-up, dispatch and memory probes, the pytest dispatch measure, and the suite."""
+def probe_records(rounds: int, notes: list[str], progress: Progress) -> list[Record]:
+    """Start-up, dispatch and memory probes and the pytest dispatch measure, each in both
+    modes back to back."""
     records = []
-    for probe in ("startup", "dispatch", "rss"):
-        progress(f"probe {probe}")
-        records += worker_records(
-            run_script("probes.py", [probe], PROBE_TIMEOUT_S), f"probe {probe}", notes
-        )
+    for probe in PROBES:
+        for mode in MODES:
+            progress(f"probe {probe}, {mode}")
+            finished = run_script("probes.py", [probe, "--mode", mode], PROBE_TIMEOUT_S[probe])
+            records += worker_records(finished, f"probe {probe} {mode}", notes)
     if pytest_runs.plugin_available():
-        progress("pytest dispatch (marked vs plain tests)")
-        records += guarded(lambda: pytest_runs.dispatch(rounds), "pytest dispatch", notes)
-    if suite:
-        progress("suite: pytest --xla-devices=8")
-        records += guarded(pytest_runs.suite, "suite", notes)
+        for mode in MODES:
+            progress(f"pytest dispatch (marked vs plain tests), {mode}")
+            records += guarded(
+                lambda mode=mode: pytest_runs.dispatch(rounds, mode),
+                f"pytest dispatch {mode}",
+                notes,
+            )
+    return [complete(r) for r in records]
+
+
+def suite_records(notes: list[str], progress: Progress) -> list[Record]:
+    """The repository's suite in both modes, back to back (the slow part: ~15+ min each)."""
+    records = []
+    for mode in MODES:
+        progress(f"suite: pytest --xla-devices=8, {mode}")
+        records += guarded(lambda mode=mode: pytest_runs.suite(mode), f"suite {mode}", notes)
     return [complete(r) for r in records]
 
 
@@ -157,9 +193,11 @@ def guarded(measure: Callable[[], Record], what: str, notes: list[str]) -> list[
 
 def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="N = 2 and 8 only, 3 repeats (~3 min)")
+    parser.add_argument("--quick", action="store_true", help="N = 2 and 8 only, 3 repeats (~7 min)")
     parser.add_argument(
-        "--suite", action="store_true", help="also time pytest --xla-devices=8 on the repo suite"
+        "--suite",
+        action="store_true",
+        help="also time pytest --xla-devices=8 on the repo suite, isolated and threads (~40 min)",
     )
     parser.add_argument(
         "--json", type=Path, metavar="PATH", help="write the records as a JSON list"
@@ -176,12 +214,18 @@ def main() -> None:
     for devices in device_counts:
         emulated, gloo = collective_runs(devices, repeats, notes, progress)
         collectives += merge(devices, emulated, gloo)
-    collectives.sort(key=lambda m: (OPS.index(m["op"]), SIZES.index(m["bytes"]), m["devices"]))
-    records = [
-        run,
-        *collectives,
-        *probe_records(rounds, args.suite, notes, progress),
-    ]
+    collectives.sort(
+        key=lambda m: (
+            OPS.index(m["op"]),
+            SIZES.index(m["bytes"]),
+            m["devices"],
+            MODES.index(m["mode"]),
+        )
+    )
+    records = [run, *collectives, *probe_records(rounds, notes, progress)]
+    if args.suite:
+        records += suite_records(notes, progress)
+    pair_modes(records)
     verdicts = judge_all(records)
     progress("done")
     print(render(records, verdicts, notes))
