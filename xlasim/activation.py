@@ -104,13 +104,13 @@ def emulate(
     """
     global _topology
     wanted = _requested_topology(devices, processes, hosts, topology)
+    if _in_worker and wanted == _topology:
+        return _topology  # a rank importing the launching script, which emulates at its top
     if _topology is not None and wanted != _topology:
         raise RuntimeAlreadyStartedError(
             f"emulation already chose {_topology.describe()}, so it cannot become "
             f"{wanted.describe()}: the slice is chosen once per process, before the first launch "
             f"(by xlasim.emulate, {DEVICES_ENV}/{PROCESSES_ENV}, or the pytest/xlasim run options "
-    if _in_worker and wanted == _topology:
-        return _topology  # a rank importing the launching script, which emulates at its top
             "that called it first)"
         )
     platform = os.environ.get("PJRT_DEVICE", "CPU")
