@@ -83,12 +83,12 @@ def _targets() -> list[tuple[Any, str, Any]]:
         (xmp, "spawn", launch.spawn),
         (pjrt, "spawn", launch.pjrt_spawn),
         (pjrt, "run_multiprocess", launch.run_multiprocess),
-    targets += traced_counters.patches()
         (pjrt, "spawn_threads", launch.spawn_threads),
     ]
     targets += distributed.patches()
     targets += seeding.patches()
     targets += compiled.patches()
+    targets += traced_counters.patches()
     return targets
 
 
