@@ -11,8 +11,13 @@ import atexit
 import os
 import sys
 
-from . import patches
-from .errors import DeviceCountError, RuntimeAlreadyStartedError, XlasimError
+from . import context, patches
+from .errors import (
+    DeviceCountError,
+    RuntimeAlreadyStartedError,
+    XlasimError,
+    launch_inside_rank,
+)
 from .topology import Topology, preset
 from .world import World
 
@@ -103,12 +108,12 @@ def emulate(
     Call before the first use of an XLA device. Calling again with the same slice is a no-op.
     """
     global _topology
+    if _in_worker:  # the launching script, imported by a worker: its slice is the world's
+        return _topology
     wanted = _requested_topology(devices, processes, hosts, topology)
-    if _in_worker and wanted == _topology:
-        return _topology  # a rank importing the launching script, which emulates at its top
     if _topology is not None and wanted != _topology:
         raise RuntimeAlreadyStartedError(
-            f"emulation already chose {_topology.describe()}, so it cannot become "
+            f"emulation already started as {_topology.describe()}, so it cannot become "
             f"{wanted.describe()}: the slice is chosen once per process, before the first launch "
             f"(by xlasim.emulate, {DEVICES_ENV}/{PROCESSES_ENV}, or the pytest/xlasim run options "
             "that called it first)"
@@ -206,6 +211,9 @@ def topology() -> Topology:
 def world() -> World:
     """The warm world of emulated ranks, started on first use (and closed at exit)."""
     global _world
+    rank = context.current()
+    if rank is not None:  # before the worker check: a worker's rank is not its import
+        raise launch_inside_rank(rank.rank)
     if _in_worker:
         raise XlasimError(
             "a launch from a worker process outside any rank: the launching script was imported "

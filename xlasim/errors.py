@@ -48,6 +48,12 @@ class WorldAbortedError(XlasimError):
         return (type(self), (self.cause,))
 
 
+class RankExitError(XlasimError):
+    """A rank that is a thread of the launching process (the threads mode) called `os._exit`
+    or `os.abort`: on a TPU VM that ends the rank's own process; here it would end every
+    rank and the caller with no report, so it is raised in the rank instead."""
+
+
 class RankAbandoned(BaseException):
     """Raised inside a rank thread that was given up on (its run timed out, or the world
     closed while it was busy) so that it unwinds instead of running on."""
@@ -72,3 +78,12 @@ class RankFailedError(XlasimError):
     @property
     def ranks(self) -> list[int]:
         return sorted(self.failures)
+
+
+def launch_inside_rank(rank: int) -> RuntimeError:
+    """The error for a launch from inside a rank: a TPU process cannot spawn a second slice
+    from a spawned function, so neither can an emulated rank (in any topology)."""
+    return RuntimeError(
+        f"a world cannot be launched from inside rank {rank}: "
+        "xmp.spawn / torch_xla.launch were called from a spawned function"
+    )

@@ -23,6 +23,8 @@ import os
 import pickle
 import secrets
 import shutil
+import signal
+import socket
 import sys
 import tempfile
 import threading
@@ -36,11 +38,12 @@ from typing import Any
 
 from . import shared_payloads, worker
 from .errors import WorldAbortedError, XlasimError
-from .run import Run
+from .run import Run, rank_span
 from .topology import Topology
 
 STARTUP_TIMEOUT_S = 180.0
 REPLY_TIMEOUT_S = 10.0
+LOOPBACK = "127.0.0.1"
 #: Imported once by the zygote, inherited by every worker it forks.
 PRELOAD = ["torch", "torch_xla", "torch_xla.core.xla_model", "numpy", "xlasim.worker"]
 
@@ -54,7 +57,17 @@ def zygote():
         context.set_forkserver_preload(PRELOAD)
         from multiprocessing import forkserver
 
-        forkserver.ensure_running()
+        try:
+            forkserver.ensure_running()
+        except OSError as error:
+            if "too long" not in str(error):
+                raise
+            raise XlasimError(
+                f"the temporary directory {tempfile.gettempdir()!r} is too long a path for the "
+                "Unix socket multiprocessing's forkserver (the zygote of worker processes) puts "
+                f"there ({error}): set TMPDIR to a shorter directory, or run the threads mode "
+                "(processes=1)"
+            ) from error
     return context
 
 
@@ -102,7 +115,7 @@ class _Links:
         return run
 
     def _serve(self, connection: Connection) -> None:
-        _, rank = connection.recv()
+        _, rank, pid = connection.recv()
         receiver, sender = shared_payloads.Receiver(), shared_payloads.Sender()
         try:
             while True:
@@ -116,7 +129,7 @@ class _Links:
                 if answer is not None:
                     answer.release()
         except (EOFError, OSError):
-            self._on_lost(rank)  # the worker process went away
+            self._on_lost(pid)  # that worker process went away (or was replaced)
         finally:
             connection.close()
 
@@ -139,6 +152,37 @@ class _Links:
             run.finish(rank, payload, error, traceback_text)
             return None
         raise XlasimError(f"unknown request {kind!r} from rank {rank}")
+
+
+def _loopback_store() -> Any:
+    """The world's `xla://` store (a TCPStore server), reachable from this machine only.
+
+    TCPStore's own server listens on every interface (`*:PORT`), so any host that reaches
+    this one could read and write the keys the ranks rendezvous through; it is handed a socket
+    bound to loopback instead (`master_listen_fd`), which it owns and closes with itself."""
+    import torch.distributed as dist
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
+        listener.bind((LOOPBACK, 0))
+        listener.listen(socket.SOMAXCONN)
+        port = listener.getsockname()[1]
+        store = dist.TCPStore(
+            LOOPBACK,
+            port,
+            is_master=True,
+            wait_for_workers=False,
+            master_listen_fd=listener.fileno(),
+        )
+        listener.detach()  # the store's now
+    return store
+
+
+def _how_it_ended(exitcode: int | None) -> str:
+    if exitcode is None:
+        return "broke its link to this process"
+    if exitcode < 0:
+        return f"was killed by {signal.Signals(-exitcode).name}"
+    return f"exited with code {exitcode}"
 
 
 def _encoding(combine: Callable | None, participants: int) -> Callable[[list], Any]:
@@ -252,12 +296,12 @@ class ProcessRanks:
     """Every rank of a multi-process topology, in warm worker processes."""
 
     def __init__(self, topology: Topology):
-        import torch.distributed as dist
-
         self.topology = topology
+        #: Worker processes (by pid) whose links broke: a replaced worker's old links break
+        #: after it is replaced, so lost ranks would wrongly mark its successor.
         self._lost: set[int] = set()
         self._links = _Links(self._lost.add)
-        self._store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+        self._store = _loopback_store()
         # The launching host works in the launching directory; every other host has its own.
         self._host_roots: list[str | None] = [None] + [
             tempfile.mkdtemp(prefix=f"xlasim-host{h}-") for h in range(1, topology.hosts)
@@ -309,13 +353,14 @@ class ProcessRanks:
         for process in self._processes:
             if process.ranks.start >= run.size:
                 continue  # not in this (sub-)world
-            if process.process.is_alive() and not self._lost.intersection(process.ranks):
+            if process.process.is_alive() and process.process.pid not in self._lost:
                 continue
             process.process.join(0.5)
             run.abort(
                 XlasimError(
-                    f"worker process {process.index} (ranks {list(process.ranks)}) died with exit "
-                    f"code {process.process.exitcode}"
+                    f"worker process {process.index} ({rank_span(process.ranks)}) "
+                    f"{_how_it_ended(process.process.exitcode)} during the run; the other ranks "
+                    "were released. Where every rank was:\n" + run.describe_ranks()
                 )
             )
 
@@ -336,10 +381,9 @@ class ProcessRanks:
     def recover(self, stuck: list[int]) -> None:
         """Processes with ranks still busy after an abort (or gone) are replaced by fresh ones,
         which start in the background: the next dispatch waits for them."""
-        gone = {self.topology.process_of(r) for r in self._lost}
+        gone = {p.index for p in self._processes if p.process.pid in self._lost}
         for index in sorted({self.topology.process_of(r) for r in stuck} | gone):
             self._processes[index].stop()
-            self._lost.difference_update(self._processes[index].ranks)
             self._processes[index] = self._start(index)
 
     def close(self) -> list[int]:
@@ -353,6 +397,7 @@ class ProcessRanks:
             process.process.join(max(0.0, deadline - time.monotonic()))
             process.stop()
         self._links.shutdown()
+        self._store = None  # closes its listening socket
         for root in self._host_roots:
             if root is not None:
                 shutil.rmtree(root, ignore_errors=True)

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from contextlib import suppress
 from typing import Any
 
-from . import context, fresh
+from . import context, exits, fresh
 from .callsite import thread_location, thread_stack
 from .errors import RankAbandoned
 from .topology import Topology
@@ -95,6 +95,7 @@ class ThreadRanks:
     """Every rank of a one-process topology, as warm threads of this process."""
 
     def __init__(self, topology: Topology):
+        exits.guard()
         self.topology = topology
         self._threads = [RankThread(r, topology.device_of(r)) for r in range(topology.devices)]
         self._abandoned: list[RankThread] = []

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import pickle
 import runpy
+import signal
 import sys
 import types
 from collections.abc import Callable
@@ -62,7 +63,7 @@ class Link:
 
     def __init__(self, spec: WorkerSpec, rank: int):
         self.connection = Client(spec.address, family="AF_UNIX", authkey=spec.authkey)
-        self.connection.send(("hello", rank))
+        self.connection.send(("hello", rank, os.getpid()))
         self._arena = shared_payloads.Arena()
         self._sender = shared_payloads.Sender()
         self._receiver = shared_payloads.Receiver()
@@ -136,6 +137,9 @@ def _picklable(value: Any) -> bool:
 def main(spec: WorkerSpec, control: Connection) -> None:
     """Entry point of a worker process: start its rank threads, then serve the parent."""
     topology = spec.topology
+    # Ctrl-C reaches every process of the terminal's group: the launching process owns it
+    # (it releases the ranks, replaces stuck workers, or exits and stops them all).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.environ["PJRT_DEVICE"] = "CPU"
     os.environ["CPU_NUM_DEVICES"] = str(topology.cores_per_process)
     from . import activation, fresh, patches

@@ -17,7 +17,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import context, fresh
-from .errors import CollectiveTimeoutError, DeviceCountError, RankFailedError, WorldAbortedError
+from .errors import (
+    CollectiveTimeoutError,
+    DeviceCountError,
+    RankFailedError,
+    WorldAbortedError,
+    launch_inside_rank,
+)
 from .run import Run
 from .threads import ThreadRanks
 from .topology import Topology
@@ -25,6 +31,14 @@ from .topology import Topology
 #: How long released ranks get to unwind after an abort before their threads are replaced.
 RELEASE_GRACE_S = 1.0
 DEFAULT_COLLECTIVE_TIMEOUT_S = 60.0
+DEFAULT_RUN_TIMEOUT_S = 3600.0
+
+
+def default_run_timeout() -> float:
+    """The bound of a whole run when the caller gives none: `XLASIM_RUN_TIMEOUT` seconds, else
+    an hour. Code that bypasses the emulation (a collective XLA runs itself) would otherwise
+    hang without bound; a run that is meant to last longer says so with `timeout=`."""
+    return float(os.environ.get("XLASIM_RUN_TIMEOUT", DEFAULT_RUN_TIMEOUT_S))
 
 
 def default_collective_timeout() -> float:
@@ -66,7 +80,9 @@ class World:
         """Run `fn(rank, *args, **kwargs)` on ranks 0..size-1 and return the per-rank results.
 
         `size` selects a sub-world of the first `size` cores (default: all). `timeout` bounds
-        the whole run; `collective_timeout` bounds each wait inside a collective.
+        the whole run (default `XLASIM_RUN_TIMEOUT`, else an hour); `collective_timeout` bounds
+        each wait inside a collective. An interrupt (Ctrl-C) while the ranks run releases them
+        before it propagates, so the world serves the next run.
         """
         size = self.size if size is None else size
         if not 1 <= size <= self.size:
@@ -75,30 +91,31 @@ class World:
                 f"(start it with more devices: xlasim.emulate(devices=N) or XLASIM_DEVICES)"
             )
         if context.current() is not None:
-            raise RuntimeError(
-                f"a world cannot be launched from inside rank {context.current().rank}: "
-                "xmp.spawn / torch_xla.launch were called from a spawned function"
-            )
+            raise launch_inside_rank(context.current().rank)
         jobs = [
             (fn, (rank, *args) if pass_rank else tuple(args), kwargs or {}) for rank in range(size)
         ]
         with self._lock, fresh.environment():
             run = Run(self.topology, size, self.collective_timeout, reporter=self._ranks)
-            self._ranks.dispatch(run, jobs)
             try:
-                self._supervise(run, timeout)
+                self._ranks.dispatch(run, jobs)
+                self._supervise(run, default_run_timeout() if timeout is None else timeout)
+            except BaseException as interrupt:  # KeyboardInterrupt in the launching thread
+                run.abort(interrupt)  # release the ranks, so the next run finds them free
+                self._release(run)
+                raise
             finally:
                 self.launches += 1
                 self.collectives.update(run.completed)
             return self._outcome(run)
 
-    def _supervise(self, run: Run, timeout: float | None) -> None:
-        deadline = None if timeout is None else time.monotonic() + timeout
+    def _supervise(self, run: Run, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
         with run.cond:
             while not run.stopped():
                 if run.abort_cause is not None:
                     break
-                if deadline is not None and time.monotonic() >= deadline:
+                if time.monotonic() >= deadline:
                     run.abort(
                         CollectiveTimeoutError(
                             f"the run did not finish within {timeout:g} s.\n" + run.describe_ranks()
@@ -106,8 +123,12 @@ class World:
                     )
                     break
                 self._ranks.check(run)
-                wait = 1.0 if deadline is None else min(1.0, deadline - time.monotonic())
-                run.cond.wait(timeout=max(wait, 0.0))
+                run.cond.wait(timeout=max(min(1.0, deadline - time.monotonic()), 0.0))
+        self._release(run)
+
+    def _release(self, run: Run) -> None:
+        """Give aborted ranks a moment to unwind, then replace those that did not."""
+        with run.cond:
             release_deadline = time.monotonic() + RELEASE_GRACE_S
             while not run.stopped() and time.monotonic() < release_deadline:
                 run.cond.wait(timeout=release_deadline - time.monotonic())
