@@ -2,6 +2,7 @@
 
     python -m xlasim lightning PATH/TO/lightning [--devices 8] [--processes P] [--timeout S]
                         [--suite pytorch|fabric|all] [-k SUBSTRING] [--json FILE] [--logs DIR]
+    python -m xlasim lightning --reclassify DIR [DIR...]    # the table again from kept logs
 
 Lightning marks its TPU tests `RunIf(tpu=True)`; whether they run is decided by Lightning itself
 (`XLAAccelerator.is_available()` on the emulated slice, never forced), and `PL_RUN_TPU_TESTS=1`
@@ -71,9 +72,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--reclassify",
         type=Path,
+        nargs="+",
         metavar="LOGS",
         default=None,
-        help="run nothing: classify again the runs kept by an earlier --logs LOGS",
+        help="run nothing: classify again the runs kept by earlier --logs LOGS (in this order)",
     )
 
 
@@ -141,7 +143,7 @@ def finish(rows: list[Row], options: argparse.Namespace) -> int:
 def run_lightning(options: argparse.Namespace) -> int:
     """Run the TPU tests of a Lightning checkout, print the table; 1 if a row gates, else 0."""
     if options.reclassify:
-        return finish(reclassify(options.reclassify.resolve()), options)
+        return finish([row for logs in options.reclassify for row in reclassify(logs)], options)
     if options.checkout is None:
         print("xlasim lightning: give a Lightning checkout (or --reclassify LOGS)", file=sys.stderr)
         return 2
