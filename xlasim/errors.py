@@ -6,7 +6,11 @@ hang with no message, so the text of these errors is the product.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .outcome import RankOutcome
 
 
 class XlasimError(RuntimeError):
@@ -60,20 +64,26 @@ class RankAbandoned(BaseException):
 
 
 class RankFailedError(XlasimError):
-    """One or more ranks raised; holds each failing rank's exception and formatted traceback."""
+    """One or more ranks raised; holds every rank's `RankOutcome` (`xlasim.outcome`), and by
+    rank the failing ones' exceptions and formatted tracebacks."""
 
-    def __init__(
-        self, message: str, failures: Mapping[int, BaseException], tracebacks: Mapping[int, str]
-    ):
+    def __init__(self, message: str, outcomes: Sequence[RankOutcome]):
         super().__init__(message)
-        self.failures = dict(failures)
-        self.tracebacks = dict(tracebacks)
+        self.outcomes = list(outcomes)
 
     def __str__(self) -> str:  # not the rank's exception type's own (KeyError quotes its text)
         return str(self.args[0])
 
     def __reduce__(self):
-        return (RankFailedError, (str(self), self.failures, self.tracebacks))
+        return (RankFailedError, (str(self), [o.portable() for o in self.outcomes]))
+
+    @property
+    def failures(self) -> dict[int, BaseException]:
+        return {o.rank: o.error for o in self.outcomes if o.raised}  # type: ignore[misc]
+
+    @property
+    def tracebacks(self) -> dict[int, str]:
+        return {o.rank: o.traceback for o in self.outcomes if o.raised}
 
     @property
     def ranks(self) -> list[int]:

@@ -10,12 +10,11 @@ import ctypes
 import queue
 import threading
 import time
-import traceback
 from collections.abc import Callable
 from contextlib import suppress
 from typing import Any
 
-from . import context, exits, fresh
+from . import context, counters, exits, fresh, outcome
 from .callsite import thread_location, thread_stack
 from .errors import RankAbandoned
 from .topology import Topology
@@ -69,26 +68,39 @@ class RankThread:
             run, fn, args, kwargs = job
             context.bind(context.RankContext(run, self.rank))
             try:
-                generator.reset()
-                ended = {"result": fn(*args, **kwargs)}
-            except BaseException as error:  # every failure is reported, none is lost
-                ended = {"error": error, "traceback_text": user_traceback(error)}
+                ended = self._call(run, generator, fn, args, kwargs)
             finally:
                 fresh.release_process_groups()
                 context.bind(None)
-            run.finish(self.rank, **ended)
+            run.finish(ended)
+
+    def _call(
+        self,
+        run: Any,
+        generator: Any,
+        fn: Callable[..., Any],
+        args: tuple,
+        kwargs: dict,
+    ) -> outcome.RankOutcome:
+        """The rank's outcome of `fn`, with the extras its run collects (`outcome.Collect`)."""
+
+        def fresh_start(*args: Any, **kwargs: Any) -> Any:
+            generator.reset()
+            return fn(*args, **kwargs)
+
+        collect = run.collect
+        if collect.metrics:
+            counters.open_window(run, context.RankContext(run, self.rank).addressable_device_count)
+        ended = outcome.call(self.rank, run.size, fresh_start, args, kwargs, collect, run)
+        if collect.metrics:
+            ended.metrics = counters.close_window(run)
+        return ended
 
     def location(self) -> str:
         return thread_location(self.thread)
 
     def stack(self) -> str:
         return thread_stack(self.thread)
-
-
-def user_traceback(error: BaseException) -> str:
-    """The traceback of a rank's exception without the rank thread's own frame."""
-    tb = error.__traceback__.tb_next if error.__traceback__ else None
-    return "".join(traceback.format_exception(type(error), error, tb))
 
 
 class ThreadRanks:

@@ -13,6 +13,7 @@ launching script importable as `__main__`.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pickle
 import runpy
@@ -25,7 +26,7 @@ from multiprocessing.connection import Client, Connection
 from typing import Any
 
 from . import shared_payloads
-from .errors import XlasimError
+from .outcome import Collect, RankOutcome
 from .run import Call, RunObjects
 from .topology import Topology
 
@@ -56,6 +57,8 @@ class JobSpec:
     cwd: str
     #: The launching script (its functions are pickled by reference to `__main__`).
     main_path: str | None
+    #: What the ranks record in their outcomes beyond result and error.
+    collect: Collect
 
 
 class Link:
@@ -87,11 +90,20 @@ class RunClient(RunObjects):
     """A worker rank's handle on its launch: rendezvous calls go to the parent; `shared`
     objects are per process, since on a real slice processes share nothing but collectives."""
 
-    def __init__(self, job: int, size: int, topology: Topology, links: dict[int, Link], port: int):
+    def __init__(
+        self,
+        job: int,
+        size: int,
+        topology: Topology,
+        links: dict[int, Link],
+        port: int,
+        collect: Collect,
+    ):
         super().__init__()
         self.job = job
         self.size = size
         self.topology = topology
+        self.collect = collect
         self._links = links
         self._store_port = port
 
@@ -105,16 +117,12 @@ class RunClient(RunObjects):
     def receive(self, rank, channel, call: Call):
         return self._links[rank].call(("receive", self.job, channel, call))
 
-    def finish(self, rank, result=None, error=None, traceback_text: str = "") -> None:
-        if error is None and not _picklable(result):
-            error = XlasimError(
-                f"rank {rank} returned an object that cannot be pickled to the "
-                f"parent process: {type(result).__name__}"
-            )
-            result = None
-        if error is not None and not _picklable(error):
-            error = XlasimError(f"{type(error).__name__}: {error}")
-        self._links[rank].call(("finish", self.job, error, traceback_text), result, owned=True)
+    def finish(self, outcome: RankOutcome) -> None:
+        """Hand the rank's outcome to the parent's run: its result through shared memory, the
+        rest pickled with the request."""
+        outcome = outcome.portable()
+        request = ("finish", self.job, dataclasses.replace(outcome, result=None))
+        self._links[outcome.rank].call(request, outcome.result, owned=True)
 
     def store(self):
         import torch.distributed as dist
@@ -126,14 +134,6 @@ class RunClient(RunObjects):
         return self.shared("dist-store", connect)
 
 
-def _picklable(value: Any) -> bool:
-    try:
-        pickle.dumps(value)
-    except Exception:
-        return False
-    return True
-
-
 def main(spec: WorkerSpec, control: Connection) -> None:
     """Entry point of a worker process: start its rank threads, then serve the parent."""
     topology = spec.topology
@@ -142,12 +142,13 @@ def main(spec: WorkerSpec, control: Connection) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.environ["PJRT_DEVICE"] = "CPU"
     os.environ["CPU_NUM_DEVICES"] = str(topology.cores_per_process)
-    from . import activation, fresh, patches
+    from . import activation, fresh, output, patches
     from .threads import RankThread
 
     first = spec.process * topology.cores_per_process
     activation.enter_worker(topology, topology.host_of(first))
     patches.install()
+    output.install()
     _share_the_cpus(topology)
     ranks = {
         first + i: RankThread(first + i, f"xla:{i}") for i in range(topology.cores_per_process)
@@ -165,7 +166,7 @@ def main(spec: WorkerSpec, control: Connection) -> None:
             fresh.restore_environment({**job.environment, **overrides})
             os.chdir(spec.host_root or job.cwd)
             fresh.reseed_cpu_generators()
-            client = RunClient(job.job, job.size, topology, links, spec.store_port)
+            client = RunClient(job.job, job.size, topology, links, spec.store_port, job.collect)
             try:
                 jobs = _load(job)
             except BaseException as error:  # each rank reports it, as if its function raised

@@ -14,9 +14,10 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from typing import Any
 
-from . import context, fresh
+from . import context, fresh, output
 from .errors import (
     CollectiveTimeoutError,
     DeviceCountError,
@@ -24,7 +25,8 @@ from .errors import (
     WorldAbortedError,
     launch_inside_rank,
 )
-from .run import Run
+from .outcome import RESULT_ONLY, Collect, RankOutcome
+from .run import Run, rank_span
 from .threads import ThreadRanks
 from .topology import Topology
 
@@ -79,6 +81,32 @@ class World:
     ) -> list[Any]:
         """Run `fn(rank, *args, **kwargs)` on ranks 0..size-1 and return the per-rank results.
 
+        When ranks raised: `RankFailedError`, holding every rank's outcome (`run_outcomes`).
+        """
+        outcomes = self.run_outcomes(
+            fn, args, kwargs, size=size, timeout=timeout, pass_rank=pass_rank
+        )
+        if any(o.raised for o in outcomes):
+            raise rank_failure(outcomes)
+        return [o.result for o in outcomes]
+
+    def run_outcomes(
+        self,
+        fn: Callable[..., Any],
+        args: Sequence[Any] = (),
+        kwargs: dict | None = None,
+        *,
+        size: int | None = None,
+        timeout: float | None = None,
+        pass_rank: bool = True,
+        collect: Collect = RESULT_ONLY,
+    ) -> list[RankOutcome]:
+        """Run `fn` as `run` does, and return how every rank ended, in rank order: its result or
+        its exception and traceback, and what `collect` asks for (output, XLA counters, a
+        rendering of the failure made where it was raised). Ranks raising is not an error here;
+        a failure of the run itself is (`CollectiveMismatchError`, `DeadlockError`,
+        `CollectiveTimeoutError`, a worker process that died).
+
         `size` selects a sub-world of the first `size` cores (default: all). `timeout` bounds
         the whole run (default `XLASIM_RUN_TIMEOUT`, else an hour); `collective_timeout` bounds
         each wait inside a collective. An interrupt (Ctrl-C) while the ranks run releases them
@@ -95,8 +123,12 @@ class World:
         jobs = [
             (fn, (rank, *args) if pass_rank else tuple(args), kwargs or {}) for rank in range(size)
         ]
-        with self._lock, fresh.environment():
-            run = Run(self.topology, size, self.collective_timeout, reporter=self._ranks)
+        with self._lock, fresh.environment(), ExitStack() as stack:
+            run = Run(
+                self.topology, size, self.collective_timeout, reporter=self._ranks, collect=collect
+            )
+            if collect.output and self.topology.threaded:  # the ranks write to this process
+                stack.enter_context(output.routed())
             try:
                 self._ranks.dispatch(run, jobs)
                 self._supervise(run, default_run_timeout() if timeout is None else timeout)
@@ -107,7 +139,7 @@ class World:
             finally:
                 self.launches += 1
                 self.collectives.update(run.completed)
-            return self._outcome(run)
+            return self._outcomes(run)
 
     def _supervise(self, run: Run, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -137,12 +169,16 @@ class World:
             self._ranks.recover(run.unfinished_ranks())
 
     @staticmethod
-    def _outcome(run: Run) -> list[Any]:
-        if run.failures:
-            raise _rank_failure(run)
-        if run.abort_cause is not None:
+    def _outcomes(run: Run) -> list[RankOutcome]:
+        """Every rank's outcome; a rank still unwinding after an abort counts as released."""
+        with run.cond:
+            outcomes = [
+                o or RankOutcome(r, run.size, error=WorldAbortedError(run.abort_cause))
+                for r, o in enumerate(run.outcomes)
+            ]
+        if run.abort_cause is not None and not any(o.raised for o in outcomes):
             raise run.abort_cause
-        return list(run.results)
+        return outcomes
 
     def close(self) -> list[int]:
         """Stop the world's ranks; returns the ranks that could not be stopped (stuck in
@@ -156,21 +192,22 @@ def _process_ranks(topology: Topology):
     return ProcessRanks(topology)
 
 
-def _rank_failure(run: Run) -> RankFailedError:
-    ranks = sorted(run.failures)
-    first = run.failures[ranks[0]]
+def rank_failure(outcomes: Sequence[RankOutcome]) -> RankFailedError:
+    """The error of a run whose ranks raised: a section per failing rank with its traceback,
+    and every rank's outcome attached."""
+    failing = [o for o in outcomes if o.raised]
+    first = failing[0].error
     sections = "\n".join(
-        f"--- rank {r}/{run.size} raised {type(run.failures[r]).__name__}: {run.failures[r]}\n"
-        f"{run.tracebacks[r].rstrip()}"
-        for r in ranks
+        f"--- rank {o.rank}/{o.size} raised {type(o.error).__name__}: {o.error}\n"
+        f"{o.traceback.rstrip()}"
+        for o in failing
     )
-    released = [r for r in run.stopped_ranks(failed=True) if r not in run.failures]
-    note = f"\n(ranks {released} were released from their waits)" if released else ""
-    error = _failure_class([run.failures[r] for r in ranks])(
-        f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} of {run.size} raised "
+    released = [o.rank for o in outcomes if o.released]
+    note = f"\n({rank_span(released)} were released from their waits)" if released else ""
+    error = _failure_class([o.error for o in failing])(  # type: ignore[misc]
+        f"{rank_span([o.rank for o in failing])} of {outcomes[0].size} raised "
         f"{type(first).__name__}: {first}\n{sections}{note}",
-        run.failures,
-        run.tracebacks,
+        outcomes,
     )
     error.__cause__ = first
     return error

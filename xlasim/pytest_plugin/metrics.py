@@ -36,31 +36,13 @@ from collections.abc import Generator
 
 import pytest
 
+from ..counters import COMPILED_GRAPHS, FALLBACK_PREFIX, counts
 from .outcomes import outcomes_key
 from .ranks import world_size
-
-COMPILED_GRAPHS = "compiled graphs"
-FALLBACK_PREFIX = "aten::"
 
 
 class XlaMetricsError(AssertionError):
     """A test compiled more graphs or fell back to the CPU more often than its bound allows."""
-
-
-def counts() -> Counter[str]:
-    """This process's compiled-graph count and `aten::` fallback counters."""
-    import torch_xla
-    import torch_xla.debug.metrics as met
-
-    counts = Counter(
-        {
-            name: met.counter_value(name) or 0
-            for name in met.counter_names()
-            if name.startswith(FALLBACK_PREFIX)
-        }
-    )
-    counts[COMPILED_GRAPHS] = torch_xla._XLAC._xla_get_num_cached_compilation_graph()
-    return counts
 
 
 #: What ranks in other processes added, summed over the session's runs (see the module notes).

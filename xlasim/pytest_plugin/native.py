@@ -29,11 +29,11 @@ from typing import Any
 import pytest
 
 from ..errors import CollectiveTimeoutError, XlasimError
+from ..outcome import RankOutcome
 from . import metrics
 from .native_worker import STACK_SIGNAL, serve
 from .options import Settings
-from .outcomes import RankOutcome
-from .remote import FailureStyle, pack, rebuild_error
+from .remote import FailureStyle, pack
 
 #: Bound on starting the workers (process start, torch_xla import, runtime start).
 START_TIMEOUT_S = 180.0
@@ -202,13 +202,18 @@ class NativeExecutor:
         self.start()
         workers = self._workers
         for conn in workers.conns.values():
-            conn.send((list(sys.path), job))
-        replies = self._collect(workers, timeout)
-        metrics.add_remote([reply.get("metrics") for reply in replies.values()])
-        return [self._outcome(rank, size, replies[rank], tee) for rank in range(size)]
+            conn.send((size, list(sys.path), job))
+        outcomes = self._collect(workers, size, timeout)
+        metrics.add_remote([o.metrics for o in outcomes])
+        if tee:  # made in the workers: shown live only now
+            for o in outcomes:
+                sys.stdout.write(o.stdout)
+                sys.stderr.write(o.stderr)
+        return outcomes
 
-    def _collect(self, workers: _Workers, timeout: float) -> dict[int, dict[str, Any]]:
-        replies: dict[int, dict[str, Any]] = {}
+    def _collect(self, workers: _Workers, size: int, timeout: float) -> list[RankOutcome]:
+        """Every rank's outcome, as its worker sent it."""
+        replies: dict[int, RankOutcome] = {}
         pending = {conn: rank for rank, conn in workers.conns.items()}
         deadline = time.monotonic() + timeout
         while pending:
@@ -221,11 +226,12 @@ class NativeExecutor:
                 try:
                     replies[rank] = conn.recv()
                 except (EOFError, OSError):
-                    replies[rank] = {"error": XlasimError(f"rank {rank}'s worker process died")}
+                    died = XlasimError(f"rank {rank}'s worker process died")
+                    replies[rank] = RankOutcome(rank, size, error=died)
                     self._workers = None
         if self._workers is None:
             workers.kill()
-        return replies
+        return [replies[rank] for rank in range(size)]
 
     def _restart_after(self, workers: _Workers, late: list[int], timeout: float) -> None:
         stacks = workers.stacks()
@@ -239,25 +245,6 @@ class NativeExecutor:
             f"the run did not finish within {timeout:g} s (ranks {late} never answered); the "
             f"workers were killed and are started again for the next test.\n{report}"
         )
-
-    @staticmethod
-    def _outcome(rank: int, size: int, reply: dict[str, Any], tee: bool) -> RankOutcome:
-        outcome = RankOutcome(
-            rank,
-            size,
-            result=reply.get("result"),
-            error=rebuild_error(reply, reply.get("error")),
-            traceback=reply.get("traceback", ""),
-            local_frames=False,
-            repr=reply.get("repr"),
-            stdout=reply.get("stdout", ""),
-            stderr=reply.get("stderr", ""),
-            metrics=reply.get("metrics"),
-        )
-        if tee:
-            sys.stdout.write(outcome.stdout)
-            sys.stderr.write(outcome.stderr)
-        return outcome
 
     def close(self) -> None:
         if self._workers is not None:

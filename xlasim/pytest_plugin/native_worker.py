@@ -2,21 +2,24 @@
 
 Each spawned rank connects back to the pytest process and serves jobs until told to stop, so
 the workers (and their XLA runtime and compilation cache) stay warm across tests. A job is a
-`remote.Job`: the worker puts the parent's `sys.path` in place, imports test modules the way
-pytest did (from their paths, asserts rewritten), runs it and replies with its result or its
-failure rendered as pytest would have (see `remote`).
+`remote.Job`: the worker puts the parent's `sys.path` in place, runs it (`remote.run_job`:
+test modules imported the way pytest did, from their paths, asserts rewritten) and replies
+with the rank's `RankOutcome`, made by the core as for emulated ranks: result or error and
+traceback, output, failure rendered as pytest would have, and the XLA counters it added.
 """
 
 from __future__ import annotations
 
 import faulthandler
+import functools
 import os
 import signal
 import sys
 from multiprocessing.connection import Client
 from pathlib import Path
-from typing import Any
 
+from .. import counters, outcome, output
+from ..outcome import Collect, RankOutcome
 from . import remote
 
 STACK_SIGNAL = signal.SIGUSR1
@@ -24,29 +27,22 @@ _stacks_file = None
 
 
 def _setup_process(stack_dir: str) -> None:
-    """Once per process: stacks on request, and output routed to each thread's current job."""
+    """Once per process: stacks on request, and output captured per serving thread."""
     global _stacks_file
     if _stacks_file is None:
         _stacks_file = open(Path(stack_dir) / f"{os.getpid()}.txt", "w")  # noqa: SIM115 (lives as long as the process)
         faulthandler.register(STACK_SIGNAL, file=_stacks_file, all_threads=True)
-    remote.install_router()
+    output.install()
 
 
-def _run_job(sys_path: list[str], job: remote.Job) -> dict[str, Any]:
-    from .metrics import counts
-
-    before = counts()
+def _run_job(index: int, size: int, sys_path: list[str], job: remote.Job) -> RankOutcome:
+    before = counters.counts()
     with remote._process_lock:  # a worker process serves one rank per device thread on CPU
         sys.path[:] = sys_path
-    result, error, reply = remote.execute(job)
-    if error is None:
-        reply["result"] = remote.portable_result(result)
-    else:
-        reply["error"] = remote.portable(error)
-    after = counts()
-    after.subtract(before)
-    reply["metrics"] = dict(+after)
-    return reply
+    collect = Collect(output=True, render=functools.partial(remote.render_failure, job.style))
+    ended = outcome.call(index, size, remote.run_job, (job,), {}, collect)
+    ended.metrics = counters.growth(before)
+    return ended.portable()
 
 
 def serve(index: int, address: str, authkey: bytes, stack_dir: str) -> None:
@@ -56,4 +52,4 @@ def serve(index: int, address: str, authkey: bytes, stack_dir: str) -> None:
     with Client(address, authkey=authkey) as conn:
         conn.send((index, os.getpid()))
         while (job := conn.recv()) is not None:
-            conn.send(_run_job(*job))
+            conn.send(_run_job(index, *job))

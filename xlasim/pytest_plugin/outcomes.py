@@ -1,17 +1,16 @@
-"""What each rank did in one run, and how N per-rank outcomes become the one test outcome.
+"""How N per-rank outcomes become the one test outcome.
 
-Both backends report a `RankOutcome` per rank. `settle` turns them into what pytest expects
-from a test call: return (every rank passed), or raise exactly one exception. Skips and xfails
-only count when every rank took them: a rank that leaves early while the others carry on is,
-on a TPU, a slice that hangs at the next collective, so it is reported as a failure.
+Every backend returns the core's `xlasim.outcome.RankOutcome` for each rank, made where the
+rank ran. `settle` turns them into what pytest expects from a test call: return (every rank
+passed), or raise exactly one exception. Skips and xfails only count when every rank took
+them: a rank that leaves early while the others carry on is, on a TPU, a slice that hangs at
+the next collective, so it is reported as a failure.
 """
 
 from __future__ import annotations
 
 import re
-import traceback
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -20,54 +19,29 @@ from _pytest.outcomes import Skipped, XFailed
 from xlasim.run import rank_span as span
 
 from ..errors import RankFailedError, XlasimError
-from .remote import PACKAGE_DIR
+from ..frames import has_user_frames
+from ..outcome import RankOutcome
 
 
-@dataclass
-class RankOutcome:
-    """One rank's end: returned `result`, raised `error`, or was `released` by an abort."""
-
-    rank: int
-    size: int
-    result: Any = None
-    error: BaseException | None = None
-    #: Formatted traceback of `error` as the rank saw it.
-    traceback: str = ""
-    #: False when `error` was sent from a worker process: its frames stayed there.
-    local_frames: bool = True
-    #: pytest's rendering of `error`, made where its frames were (ranks in other processes).
-    repr: Any = None
-    stdout: str = ""
-    stderr: str = ""
-    released: bool = False
-    #: XLA counters this rank's process added during the run (native backend only).
-    metrics: dict[str, int] | None = None
-
-    @property
-    def label(self) -> str:
-        return f"rank {self.rank}/{self.size}"
-
-    @property
-    def failed(self) -> bool:
-        return self.error is not None and not isinstance(self.error, (Skipped, XFailed))
+def failed(outcome: RankOutcome) -> bool:
+    """The rank's function raised, and not a skip or xfail (those count when every rank did)."""
+    return outcome.raised and not isinstance(outcome.error, (Skipped, XFailed))
 
 
 class RanksFailed(RankFailedError):
-    """Raised by `xla_world.run` when ranks raised; carries every rank's outcome for the report,
-    and a `hint` line the report adds (empty when there is nothing to add)."""
+    """Raised by `xla_world.run` when ranks raised: its message is a summary line (the report
+    shows each rank's section), and `hint` a line the report adds (empty when there is none)."""
 
     hint = ""
 
     def __init__(self, outcomes: Sequence[RankOutcome]):
-        failing = [o for o in outcomes if o.error is not None]
+        failing = [o for o in outcomes if o.raised]
         first = failing[0].error
         super().__init__(
             f"{span([o.rank for o in failing])} of {outcomes[0].size} raised "
             f"{type(first).__name__}: {first}",
-            {o.rank: o.error for o in failing},
-            {o.rank: o.traceback for o in failing},
+            outcomes,
         )
-        self.outcomes = list(outcomes)
         self.__cause__ = first
 
 
@@ -95,23 +69,8 @@ def never_called(errors: Sequence[BaseException], tracebacks: Sequence[str]) -> 
     `TypeError` from the call itself: no frame of user code in its traceback). That is the
     sign of a function written for the other rank-argument convention."""
     return bool(errors) and all(
-        type(error) is TypeError and _BINDING.match(str(error)) and not _user_frames(error, text)
+        type(error) is TypeError and _BINDING.match(str(error)) and not has_user_frames(error, text)
         for error, text in zip(errors, tracebacks)
-    )
-
-
-def _user_frames(error: BaseException, text: str) -> bool:
-    """Whether any frame outside xlasim ran, by the exception's own frames when it has them
-    (ranks in this process), else by its formatted traceback (ranks elsewhere)."""
-    if error.__traceback__ is not None:
-        return any(
-            not entry.filename.startswith(PACKAGE_DIR)
-            for entry in traceback.extract_tb(error.__traceback__)
-        )
-    return any(
-        not line.strip().removeprefix('File "').startswith(PACKAGE_DIR)
-        for line in text.splitlines()
-        if line.strip().startswith('File "')
     )
 
 
@@ -124,7 +83,7 @@ outcomes_key = pytest.StashKey[list[RankOutcome]]()
 
 def results(outcomes: Sequence[RankOutcome]) -> list[Any]:
     """The per-rank results, or `RanksFailed` when any rank raised."""
-    if any(o.error is not None for o in outcomes):
+    if any(o.raised for o in outcomes):
         raise RanksFailed(outcomes)
     return [o.result for o in outcomes]
 
@@ -135,15 +94,18 @@ def settle(outcomes: Sequence[RankOutcome]) -> None:
     A real failure wins over everything and is raised as the lowest failing rank's own exception
     (so `xfail(raises=...)` and `pytest.raises` around a world behave as for one process).
     """
-    failed = [o for o in outcomes if o.failed]
-    if failed:
-        raise failed[0].error  # type: ignore[misc]
-    left = [o for o in outcomes if o.error is not None]
+    failing = [o for o in outcomes if failed(o)]
+    if failing:
+        raise failing[0].error  # type: ignore[misc]
+    left = [o for o in outcomes if o.raised]
     if not left:
         return
     kinds = {type(o.error) for o in left}
     if len(left) == len(outcomes) and len(kinds) == 1:
-        raise left[0].error  # type: ignore[misc]
+        error = left[0].error
+        if isinstance(error, Skipped) and error.__traceback__ is None:
+            error._use_item_location = True  # its frames stayed where the rank ran
+        raise error  # type: ignore[misc]
     raise InconsistentOutcomeError(_inconsistency(outcomes))
 
 
@@ -172,7 +134,7 @@ def replay_output(outcomes: Sequence[RankOutcome]) -> None:
     import sys
 
     for o in outcomes:
-        if o.error is not None and not isinstance(o.error, (Skipped, XFailed)):
+        if failed(o):
             continue
         for text, stream in ((o.stdout, sys.stdout), (o.stderr, sys.stderr)):
             if text:

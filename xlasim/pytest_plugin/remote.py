@@ -1,25 +1,18 @@
 """Test bodies and `xla_world.run` functions that run in other processes.
 
 Ranks live outside the pytest process in two cases: the worker processes of a multi-process
-emulated topology (`--xla-processes`), and the native backend's `xmp.spawn` workers. Both get a
-`Job` from the parent and answer with a reply dict; this module is both ends:
+emulated topology (`--xla-processes`), and the native backend's `xmp.spawn` workers. Both run a
+`Job`, and both answer with the core's `RankOutcome` (made by `xlasim.outcome.call` where the
+rank ran); this module holds what the plugin adds at each end:
 
 - parent: `pack` pickles `(fn, args, kwargs)` once (fixture values resolved in the parent; a
   clear error when something does not pickle) and lists the modules the pickle refers to that a
   worker cannot import by name: test modules and conftests, which pytest imported from their
   paths (under names that depend on rootdir and import mode) with their asserts rewritten.
-  `rebuild_error` turns a reply back into the exception the test outcome is made of.
-- worker: `execute` imports those modules from their paths, asserts rewritten, under the
-  parent's names (once per process: `sys.modules` is the cache), unpickles and runs the job
-  with the thread's output captured, and describes a failure the way pytest would have in the
-  parent (traceback cut to the test, paths relative to the parent's directory). Exceptions
-  pickle back, except pytest's own outcomes (`pytest.skip`, `xfail`, `fail`), which claim to
-  live in `builtins`: they travel as data and are rebuilt in the parent.
-
-`run_in_rank` is the callable an emulated world runs on each rank: module-level and picklable,
-it resolves nothing itself, and writes its reply to a file the parent reads after the run (the
-core returns results only when every rank succeeded; the parent also needs the output and
-outcome of ranks that passed, skipped or were released when others failed).
+- rank: `run_job` imports those modules from their paths, asserts rewritten, under the parent's
+  names (once per process: `sys.modules` is the cache), then unpickles and runs the job;
+  `render_failure` renders a failure the way pytest would have in the parent (traceback cut to
+  the test, paths relative to the parent's directory), where the frames are.
 """
 
 from __future__ import annotations
@@ -31,18 +24,15 @@ import os
 import pickle
 import sys
 import threading
-import traceback
 import types
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
-from ..errors import WorldAbortedError, XlasimError
-from .capture import Router
+from ..errors import XlasimError
+from ..frames import PACKAGE_DIR, first_user, is_own
 
-PACKAGE_DIR = str(Path(__file__).resolve().parent.parent) + os.sep
 _SYSTEM_DIRS = tuple(
     {str(Path(p).resolve()) + os.sep for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
 )
@@ -105,8 +95,6 @@ class Job:
     #: (name, path, rewrite): imported from `path` as `name` before unpickling `data`.
     modules: tuple[tuple[str, str, bool], ...]
     style: FailureStyle
-    #: Also pass the rank's output through live (`pytest -s`).
-    tee: bool = False
 
 
 # --------------------------------------------------------------------------- parent side
@@ -132,7 +120,6 @@ def pack(
     *,
     where: str,
     style: FailureStyle,
-    tee: bool = False,
 ) -> Job:
     """Pickle a job for ranks in other processes; `NotPicklableError` says what did not pickle."""
     buffer = io.BytesIO()
@@ -151,7 +138,7 @@ def pack(
             f"on a TPU VM; {name}{hint}: {type(error).__name__}: {error}",
             error,
         ) from error
-    return Job(buffer.getvalue(), _modules_to_import(pickler.modules), style, tee)
+    return Job(buffer.getvalue(), _modules_to_import(pickler.modules), style)
 
 
 def _modules_to_import(names: set[str]) -> tuple[tuple[str, str, bool], ...]:
@@ -170,60 +157,9 @@ def _modules_to_import(names: set[str]) -> tuple[tuple[str, str, bool], ...]:
     return tuple(found)
 
 
-def rebuild_error(reply: dict[str, Any], error: BaseException | None) -> BaseException | None:
-    """The exception a rank raised: pytest's outcomes rebuilt from data, others as they came."""
-    outcome = reply.get("outcome")
-    if outcome is None:
-        return error
-    import _pytest.outcomes
-
-    class_name, args, state = outcome
-    rebuilt = getattr(_pytest.outcomes, class_name).__new__(getattr(_pytest.outcomes, class_name))
-    rebuilt.args = args
-    rebuilt.__dict__.update(state)
-    if "_use_item_location" in state:  # its frames stayed in the worker: report the test's line
-        rebuilt._use_item_location = True
-    return rebuilt
-
-
-def read_reports(directory: str, size: int) -> dict[int, dict[str, Any]]:
-    """The replies ranks wrote (a rank that hung or whose process died wrote none)."""
-    reports = {}
-    for rank in range(size):
-        try:
-            with open(os.path.join(directory, f"rank{rank}.pkl"), "rb") as file:
-                reports[rank] = pickle.load(file)
-        except (OSError, EOFError, pickle.UnpicklingError):
-            continue
-    return reports
-
-
 # --------------------------------------------------------------------------- worker side
 
-_thread = threading.local()
 _process_lock = threading.RLock()
-_streams: tuple[TextIO, TextIO] | None = None
-
-
-class _Tee(io.TextIOBase):
-    def __init__(self, buffer: io.StringIO, live: TextIO):
-        self._buffer, self._live = buffer, live
-
-    def write(self, text: str) -> int:
-        self._buffer.write(text)
-        self._live.write(text)
-        return len(text)
-
-
-def install_router() -> None:
-    """Once per process: `sys.stdout`/`sys.stderr` writes go to the writing thread's job."""
-    global _streams
-    with _process_lock:
-        if _streams is not None:
-            return
-        _streams = sys.stdout, sys.stderr
-        sys.stdout = Router(sys.stdout, lambda: getattr(_thread, "out", None))  # type: ignore[assignment]
-        sys.stderr = Router(sys.stderr, lambda: getattr(_thread, "err", None))  # type: ignore[assignment]
 
 
 def import_modules(modules: Sequence[tuple[str, str, bool]]) -> None:
@@ -295,80 +231,21 @@ def _ensure_parents(name: str, path: Path) -> None:
             setattr(sys.modules[".".join(parts[: depth - 1])], parts[depth - 1], module)
 
 
-def execute(job: Job) -> tuple[Any, BaseException | None, dict[str, Any]]:
-    """Run a job on this thread: its result, its exception (None) and the reply to send back."""
-    install_router()
-    out, err = io.StringIO(), io.StringIO()
-    live_out, live_err = _streams  # type: ignore[misc]
-    _thread.out = _Tee(out, live_out) if job.tee else out
-    _thread.err = _Tee(err, live_err) if job.tee else err
-    reply: dict[str, Any] = {}
-    result = error = None
-    try:
-        import_modules(job.modules)
-        fn, args, kwargs = pickle.loads(job.data)
-        result = fn(*args, **kwargs)
-    except BaseException as caught:  # every failure goes back to the parent
-        error = caught
-        reply.update(describe_failure(caught, job.style))
-    finally:
-        _thread.out = _thread.err = None
-    reply["stdout"], reply["stderr"] = out.getvalue(), err.getvalue()
-    return result, error, reply
+def run_job(job: Job) -> Any:
+    """What a rank in another process runs: the job's modules imported as the parent has them,
+    then its function."""
+    import_modules(job.modules)
+    fn, args, kwargs = pickle.loads(job.data)
+    return fn(*args, **kwargs)
 
 
-def describe_failure(error: BaseException, style: FailureStyle) -> dict[str, Any]:
-    """What the parent needs to report `error` as pytest would: text, pytest's repr, outcome."""
-    import _pytest.outcomes as outcomes
-    from _pytest.outcomes import OutcomeException
-
-    described: dict[str, Any] = {
-        "released": isinstance(error, WorldAbortedError),
-        "traceback": _traceback_text(error),
-    }
-    if isinstance(error, OutcomeException) and getattr(outcomes, type(error).__name__, 0) is type(
-        error
-    ):
-        described["outcome"] = (type(error).__name__, error.args, dict(error.__dict__))
-    # pytest's rendering only when user code ran: an error raised by the emulator's own call
-    # of the function (arguments that do not fit it) reads best as its one-line text.
-    if not described["released"] and _first_user_frame(error) is not None:
-        try:
-            failure_repr = _pytest_repr(error, style)
-            pickle.dumps(failure_repr)
-            described["repr"] = failure_repr
-        except Exception:
-            pass  # the text traceback is there
-    return described
-
-
-def portable(error: BaseException) -> BaseException:
-    """`error` if it pickles (to cross back to the parent), else a stand-in that names it."""
-    try:
-        pickle.dumps(error)
-        return error
-    except Exception:
-        return XlasimError(f"{type(error).__name__}: {error} (the original did not pickle)")
-
-
-def portable_result(value: Any) -> Any:
-    try:
-        pickle.dumps(value)
-        return value
-    except Exception:
-        return f"<unpicklable {type(value).__name__}: {value!r:.200}>"
-
-
-def _first_user_frame(error: BaseException) -> types.TracebackType | None:
-    tb = error.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(PACKAGE_DIR):
-        tb = tb.tb_next
-    return tb
-
-
-def _traceback_text(error: BaseException) -> str:
-    # start the report at the user's code, as pytest does
-    return "".join(traceback.format_exception(type(error), error, _first_user_frame(error)))
+def render_failure(style: FailureStyle, error: BaseException) -> Any:
+    """pytest's rendering of a rank's failure (`Collect.render`, run where it was raised), or
+    None when no user code ran: an error raised by the emulator's own call of the function
+    (arguments that do not fit it) reads best as its one-line text."""
+    if first_user(error.__traceback__) is None:
+        return None
+    return _pytest_repr(error, style)
 
 
 def _pytest_repr(error: BaseException, style: FailureStyle) -> Any:
@@ -385,7 +262,7 @@ def _pytest_repr(error: BaseException, style: FailureStyle) -> Any:
     def cut(info: ExceptionInfo[BaseException]) -> Traceback:
         full = info.traceback
         start = 0
-        while start < len(full) - 1 and str(full[start].path).startswith(PACKAGE_DIR):
+        while start < len(full) - 1 and is_own(str(full[start].path)):
             start += 1
         traceback_ = full[start:]
         if style.path is not None:
@@ -431,56 +308,3 @@ def _relative_paths(failure_repr: Any, cwd: str) -> None:
         for entry in reprtraceback.reprentries:
             if isinstance(entry, ReprEntry) and entry.reprfileloc is not None:
                 entry.reprfileloc.path = relative(entry.reprfileloc.path)
-
-
-# --------------------------------------------------------------------------- emulated ranks
-
-_windows: dict[Any, list[Any]] = {}
-
-
-def run_in_rank(job: Job, report_dir: str) -> Any:
-    """Run `job` on the calling emulated rank (in a worker process of a multi-process world).
-
-    The reply goes to `report_dir/rank{r}.pkl`; the result and the exception go back through
-    the world, so its failure semantics (abort, released ranks, reports) are the usual ones.
-    """
-    from ..context import current
-
-    context = current()
-    if context is None:
-        raise XlasimError("run_in_rank runs on an emulated rank only")
-    key = (getattr(context.run, "job", None), id(context.run))
-    _open_window(key, context.addressable_device_count)
-    result, error, reply = execute(job)
-    reply["metrics"] = _close_window(key)
-    path = os.path.join(report_dir, f"rank{context.rank}.pkl")
-    with open(path + ".tmp", "wb") as file:
-        pickle.dump(reply, file)
-    os.replace(path + ".tmp", path)
-    if error is not None:
-        raise portable(error) from None
-    return result
-
-
-def _open_window(key: Any, ranks: int) -> None:
-    """The first rank of this process in a run snapshots the process's XLA counters."""
-    from .metrics import counts
-
-    with _process_lock:
-        if key not in _windows:
-            _windows[key] = [ranks, counts()]
-
-
-def _close_window(key: Any) -> dict[str, int] | None:
-    """The last rank of this process to finish reports what the process's counters grew by."""
-    from .metrics import counts
-
-    with _process_lock:
-        window = _windows[key]
-        window[0] -= 1
-        if window[0] > 0:
-            return None
-        del _windows[key]
-    delta: Counter[str] = counts()
-    delta.subtract(window[1])
-    return dict(+delta)

@@ -13,26 +13,26 @@ from __future__ import annotations
 
 from collections.abc import Generator, Sequence
 from importlib import metadata
-from types import TracebackType
 
 import pytest
 from _pytest._code.code import ExceptionInfo, ReprFileLocation, TerminalRepr
 from _pytest._io import TerminalWriter
 
 from ..errors import RankFailedError, XlasimError
+from ..frames import first_user
+from ..outcome import RankOutcome
 from . import hypothesis_profiles
 from .activation import backend_key, executor, is_active, topology_description, woken_by_key
 from .options import resolve
 from .outcomes import (
     CORE_RUN_CONVENTION,
-    RankOutcome,
     RanksFailed,
+    failed,
     never_called,
     outcomes_key,
     span,
 )
 from .ranks import size_skips_key
-from .remote import PACKAGE_DIR
 
 
 def _version(distribution: str) -> str:
@@ -123,7 +123,7 @@ class RankFailuresRepr(TerminalRepr):
     """
 
     def __init__(self, item: pytest.Item, outcomes: Sequence[RankOutcome], hint: str = ""):
-        failing = [o for o in outcomes if o.failed] or [o for o in outcomes if o.error]
+        failing = [o for o in outcomes if failed(o)] or [o for o in outcomes if o.raised]
         groups: dict[tuple[str, ...], list[tuple[RankOutcome, TerminalRepr | str]]] = {}
         for outcome in failing:
             rendered = _rank_repr(item, outcome)
@@ -201,25 +201,17 @@ def _failure_key(outcome: RankOutcome, rendered: TerminalRepr | str) -> tuple[st
 
 
 def _rank_repr(item: pytest.Item, outcome: RankOutcome) -> TerminalRepr | str:
-    """pytest's own rendering of the rank's exception (made here, or where the rank ran), or
-    the text a worker process sent. The emulator's frames above the user's code are left out
-    (pytest cuts a per-rank test's traceback at the test; a function run through `xla_world`
-    starts where it starts)."""
+    """pytest's own rendering of the rank's exception (made where the rank ran, or here from
+    its frames), or its text traceback. The emulator's frames above the user's code are left
+    out (pytest cuts a per-rank test's traceback at the test; a function run through
+    `xla_world` starts where it starts)."""
     error = outcome.error
-    if outcome.repr is not None:
-        return outcome.repr
-    if error is None or not outcome.local_frames or error.__traceback__ is None:
-        return outcome.traceback or f"{type(error).__name__}: {error}"
-    tb = error.__traceback__
-    while tb.tb_next is not None and _internal(tb):
-        tb = tb.tb_next
-    if _internal(tb):  # raised by the emulator's call of the function: no frame of it ran
+    if outcome.rendering is not None:
+        return outcome.rendering
+    tb = first_user(error.__traceback__) if error is not None else None
+    if tb is None:  # frames elsewhere, or raised by the emulator's call of the function
         return outcome.traceback or f"{type(error).__name__}: {error}"
     return item.repr_failure(ExceptionInfo.from_exc_info((type(error), error, tb)))
-
-
-def _internal(tb: TracebackType) -> bool:
-    return tb.tb_frame.f_code.co_filename.startswith(PACKAGE_DIR)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -235,7 +227,7 @@ def pytest_runtest_makereport(
     )
     if isinstance(error, XlasimError) and not isinstance(error, RankFailedError):
         report.longrepr = f"[xlasim] {type(error).__name__}: {error}"
-    elif outcomes and any(o.error is not None for o in outcomes):
+    elif outcomes and any(o.raised for o in outcomes):
         report.longrepr = RankFailuresRepr(item, outcomes, getattr(error, "hint", ""))
     elif isinstance(error, RankFailedError) and hasattr(report.longrepr, "addsection"):
         # The core's own world (xmp.spawn, xlasim.world().run) called from a test: a call that

@@ -1,0 +1,47 @@
+"""Which frames of a rank's traceback are the user's: the one place tracebacks are trimmed.
+
+A rank's exception passes through xlasim's own frames (the rank thread, the launch wrappers,
+the plugin's job runner) before it reaches the user's code. Reports start at the first frame
+of the user's code, as pytest's start at the test; an exception with no user frame at all was
+raised by xlasim's own call of the function (arguments that do not fit it), which is itself
+worth knowing (`has_user_frames`).
+"""
+
+from __future__ import annotations
+
+import os
+import traceback
+from pathlib import Path
+from types import TracebackType
+
+#: xlasim's own source directory: frames in it are the emulator's, not the user's.
+PACKAGE_DIR = str(Path(__file__).resolve().parent) + os.sep
+
+
+def is_own(filename: str) -> bool:
+    """Whether a frame of this file is xlasim's own."""
+    return filename.startswith(PACKAGE_DIR)
+
+
+def first_user(tb: TracebackType | None) -> TracebackType | None:
+    """The traceback from the first frame outside xlasim on (None when every frame is xlasim's)."""
+    while tb is not None and is_own(tb.tb_frame.f_code.co_filename):
+        tb = tb.tb_next
+    return tb
+
+
+def user_traceback(error: BaseException) -> str:
+    """`error` formatted from the first user frame on (only its message when no user code ran)."""
+    return "".join(traceback.format_exception(type(error), error, first_user(error.__traceback__)))
+
+
+def has_user_frames(error: BaseException, text: str = "") -> bool:
+    """Whether any frame outside xlasim ran: by the exception's own frames when it has them
+    (raised in this process), else by its formatted traceback `text` (raised elsewhere)."""
+    if error.__traceback__ is not None:
+        return first_user(error.__traceback__) is not None
+    return any(
+        not is_own(line.strip().removeprefix('File "'))
+        for line in text.splitlines()
+        if line.strip().startswith('File "')
+    )
