@@ -10,9 +10,11 @@ on every rank first, so the copies are plain transfers of finished values.
 
 from __future__ import annotations
 
+import glob
 import io
 import os
 import pickle
+import socket
 import types
 import uuid
 from pathlib import Path
@@ -20,6 +22,9 @@ from typing import Any
 
 import torch
 from torch import nn
+
+#: Who writes temporary files here: a name safe in a file name, one per machine.
+_WRITER = "".join(c if c.isalnum() or c == "-" else "_" for c in socket.gethostname()) or "host"
 
 
 def _host_copy(tensor: torch.Tensor) -> torch.Tensor:
@@ -84,7 +89,8 @@ def save_atomic(obj: Any, path: str | os.PathLike) -> Path:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    remove_stale_temporaries(path)
+    temporary = path.with_name(f".{path.name}.{_WRITER}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
     try:
         with open(temporary, "wb") as file:
             torch.save(obj, file, pickle_module=_HOST_PICKLE)
@@ -94,6 +100,31 @@ def save_atomic(obj: Any, path: str | os.PathLike) -> Path:
     finally:
         temporary.unlink(missing_ok=True)
     return path
+
+
+def remove_stale_temporaries(path: Path) -> list[Path]:
+    """Remove the temporary files of `path` left by writers of this machine that are gone.
+
+    A writer killed midway (SIGKILL, os._exit, a lost host) cannot remove its own temporary
+    file, so the next write of the same checkpoint does. Temporaries of live writers, and of
+    other machines (a shared filesystem), are left alone: the name says who wrote it."""
+    removed = []
+    for temporary in path.parent.glob(f".{glob.escape(path.name)}.{_WRITER}.*.tmp"):
+        pid = temporary.name[len(f".{path.name}.{_WRITER}.") :].split(".", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            temporary.unlink(missing_ok=True)
+            removed.append(temporary)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return True
 
 
 def load_bytes(data: bytes, *, weights_only: bool) -> Any:

@@ -147,10 +147,9 @@ class _Links:
         if kind == "receive":
             _, _, channel, call = request
             return shared_payloads.encode(run.receive(rank, channel, call))
-        if kind == "finish":  # the outcome, and its result through shared memory
-            _, _, outcome = request
-            outcome.result = payload
-            run.finish(outcome)
+        if kind == "finish":
+            _, _, error, traceback_text = request
+            run.finish(rank, payload, error, traceback_text)
             return None
         raise XlasimError(f"unknown request {kind!r} from rank {rank}")
 
@@ -343,7 +342,6 @@ class ProcessRanks:
                 dict(os.environ),
                 os.getcwd(),
                 _main_path(),
-                run.collect,
             )
         for process in involved:  # every worker ready before any rank starts waiting on others
             process.wait_ready()
@@ -374,6 +372,8 @@ class ProcessRanks:
 
     def _where(self, rank: int) -> tuple[str, str]:
         process = self._processes[self.topology.process_of(rank)]
+        if not process.process.is_alive():
+            return ("<nowhere: its worker process is gone>", "    (no stack)\n")
         return process.where().get(rank, ("<process not answering>", "    (no stack)\n"))
 
     def finished(self, run: Run) -> None:

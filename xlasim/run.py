@@ -25,9 +25,9 @@ from .errors import (
     CollectiveMismatchError,
     CollectiveTimeoutError,
     DeadlockError,
+    RankAbandoned,
     WorldAbortedError,
 )
-from .outcome import RESULT_ONLY, Collect, RankOutcome
 from .topology import Topology
 
 
@@ -101,17 +101,15 @@ class Run(RunObjects):
         size: int,
         collective_timeout: float,
         reporter: RankReporter | None = None,
-        collect: Collect = RESULT_ONLY,
     ):
         self.topology = topology
         self.size = size
         self.collective_timeout = collective_timeout
         self.reporter = reporter
-        #: What the ranks record in their outcomes beyond result and error.
-        self.collect = collect
         self.cond = threading.Condition()
-        #: How each rank ended, as it reported (None while it runs).
-        self.outcomes: list[RankOutcome | None] = [None] * size
+        self.results: list[Any] = [None] * size
+        self.failures: dict[int, BaseException] = {}
+        self.tracebacks: dict[int, str] = {}
         self.abort_cause: BaseException | None = None
         self._states = [_RankState() for _ in range(size)]
         self._slots: dict[tuple[tuple[int, ...], int], _Slot] = {}
@@ -129,15 +127,25 @@ class Run(RunObjects):
 
     # ----------------------------------------------------------------- rank lifecycle
 
-    def finish(self, outcome: RankOutcome) -> None:
-        """Record that a rank's function returned or raised; a rank that raised by itself (not
-        released by an abort) aborts the run."""
+    def finish(
+        self,
+        rank: int,
+        result: Any = None,
+        error: BaseException | None = None,
+        traceback_text: str = "",
+    ) -> None:
+        """Record that a rank's function returned or raised."""
         with self.cond:
-            self.outcomes[outcome.rank] = outcome
-            state = self._states[outcome.rank]
-            state.status = DONE if outcome.error is None else FAILED
-            if outcome.raised:
-                self._abort(outcome.error)  # type: ignore[arg-type]
+            state = self._states[rank]
+            if error is None:
+                self.results[rank] = result
+                state.status = DONE
+            else:
+                state.status = FAILED
+                if not isinstance(error, (WorldAbortedError, RankAbandoned)):
+                    self.failures[rank] = error
+                    self.tracebacks[rank] = traceback_text
+                    self._abort(error)
             state.call = None
             self._check_progress()
             self.cond.notify_all()
@@ -148,6 +156,11 @@ class Run(RunObjects):
     def unfinished_ranks(self) -> list[int]:
         with self.cond:
             return [r for r, s in enumerate(self._states) if s.status not in (DONE, FAILED)]
+
+    def stopped_ranks(self, failed: bool) -> list[int]:
+        status = FAILED if failed else DONE
+        with self.cond:
+            return [r for r, s in enumerate(self._states) if s.status == status]
 
     def abort(self, cause: BaseException) -> None:
         """Release every waiting rank; the first cause given wins."""
@@ -296,10 +309,7 @@ class Run(RunObjects):
         if finished:
             lines += f"\n  {rank_span(finished)} returned from the function"
         if stranded:
-            error: Exception = CollectiveMismatchError(
-                f"{stranded} can never complete: a rank it needs has already returned "
-                f"(a rank skipped a collective the others called):\n{lines}"
-            )
+            error: Exception = CollectiveMismatchError(f"{stranded}:\n{lines}")
         else:
             error = DeadlockError(
                 "every live rank waits and no wait can be satisfied (ranks called different "
@@ -313,7 +323,18 @@ class Run(RunObjects):
             gone = [r for r in missing if r in finished]
             if gone and not slot.complete:
                 op = next(iter(slot.arrivals.values()))[0].op
-                return f"{op} among ranks {list(participants)} (missing ranks {gone})"
+                # The gone ranks' own collectives tell a skip from a disagreement on groups.
+                groups = sorted({p for r in gone for p in self._sequence[r] if p != participants})
+                why = (
+                    f"{rank_span(gone)} met in other groups {groups} instead: the ranks disagree "
+                    "on `groups`"
+                    if groups
+                    else "a rank skipped a collective the others called"
+                )
+                return (
+                    f"{op} among ranks {list(participants)} (missing ranks {gone}) can never "
+                    f"complete: a rank it needs has already returned ({why})"
+                )
         return ""
 
     def _timeout_error(self) -> CollectiveTimeoutError:
