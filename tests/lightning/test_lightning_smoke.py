@@ -122,7 +122,7 @@ def test_trainer_fits_on_every_core(devices, tmp_path):
     assert any(not torch.equal(a, b.cpu()) for a, b in zip(before, model.parameters()))
 
 
-def test_fabric_script_under_xlasim_run():
+def test_fabric_script_under_xlasim_run(not_native):
     """A plain Fabric script launched by `xlasim run` on two v4 hosts of 4 chips: Lightning
     detects the host's devices in the launching process, and each rank knows its global and
     local rank and its host (node rank)."""

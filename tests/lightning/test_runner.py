@@ -25,7 +25,7 @@ FSDP = (
 )
 
 
-def test_runner_table_on_a_lightning_style_checkout(tmp_path):
+def test_runner_table_on_a_lightning_style_checkout(tmp_path, not_native):
     out = tmp_path / "rows.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("XLASIM_", "PJRT_", "PL_"))}
     done = subprocess.run(
