@@ -147,9 +147,10 @@ class _Links:
         if kind == "receive":
             _, _, channel, call = request
             return shared_payloads.encode(run.receive(rank, channel, call))
-        if kind == "finish":
-            _, _, error, traceback_text = request
-            run.finish(rank, payload, error, traceback_text)
+        if kind == "finish":  # the outcome, and its result through shared memory
+            _, _, outcome = request
+            outcome.result = payload
+            run.finish(outcome)
             return None
         raise XlasimError(f"unknown request {kind!r} from rank {rank}")
 
@@ -342,6 +343,7 @@ class ProcessRanks:
                 dict(os.environ),
                 os.getcwd(),
                 _main_path(),
+                run.collect,
             )
         for process in involved:  # every worker ready before any rank starts waiting on others
             process.wait_ready()

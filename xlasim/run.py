@@ -25,9 +25,9 @@ from .errors import (
     CollectiveMismatchError,
     CollectiveTimeoutError,
     DeadlockError,
-    RankAbandoned,
     WorldAbortedError,
 )
+from .outcome import RESULT_ONLY, Collect, RankOutcome
 from .topology import Topology
 
 
@@ -101,15 +101,17 @@ class Run(RunObjects):
         size: int,
         collective_timeout: float,
         reporter: RankReporter | None = None,
+        collect: Collect = RESULT_ONLY,
     ):
         self.topology = topology
         self.size = size
         self.collective_timeout = collective_timeout
         self.reporter = reporter
+        #: What the ranks record in their outcomes beyond result and error.
+        self.collect = collect
         self.cond = threading.Condition()
-        self.results: list[Any] = [None] * size
-        self.failures: dict[int, BaseException] = {}
-        self.tracebacks: dict[int, str] = {}
+        #: How each rank ended, as it reported (None while it runs).
+        self.outcomes: list[RankOutcome | None] = [None] * size
         self.abort_cause: BaseException | None = None
         self._states = [_RankState() for _ in range(size)]
         self._slots: dict[tuple[tuple[int, ...], int], _Slot] = {}
@@ -127,25 +129,15 @@ class Run(RunObjects):
 
     # ----------------------------------------------------------------- rank lifecycle
 
-    def finish(
-        self,
-        rank: int,
-        result: Any = None,
-        error: BaseException | None = None,
-        traceback_text: str = "",
-    ) -> None:
-        """Record that a rank's function returned or raised."""
+    def finish(self, outcome: RankOutcome) -> None:
+        """Record that a rank's function returned or raised; a rank that raised by itself (not
+        released by an abort) aborts the run."""
         with self.cond:
-            state = self._states[rank]
-            if error is None:
-                self.results[rank] = result
-                state.status = DONE
-            else:
-                state.status = FAILED
-                if not isinstance(error, (WorldAbortedError, RankAbandoned)):
-                    self.failures[rank] = error
-                    self.tracebacks[rank] = traceback_text
-                    self._abort(error)
+            self.outcomes[outcome.rank] = outcome
+            state = self._states[outcome.rank]
+            state.status = DONE if outcome.error is None else FAILED
+            if outcome.raised:
+                self._abort(outcome.error)  # type: ignore[arg-type]
             state.call = None
             self._check_progress()
             self.cond.notify_all()
@@ -156,11 +148,6 @@ class Run(RunObjects):
     def unfinished_ranks(self) -> list[int]:
         with self.cond:
             return [r for r, s in enumerate(self._states) if s.status not in (DONE, FAILED)]
-
-    def stopped_ranks(self, failed: bool) -> list[int]:
-        status = FAILED if failed else DONE
-        with self.cond:
-            return [r for r, s in enumerate(self._states) if s.status == status]
 
     def abort(self, cause: BaseException) -> None:
         """Release every waiting rank; the first cause given wins."""
