@@ -84,9 +84,10 @@ def size_skip(item: pytest.Item, available: int, sub_worlds: bool, backend: str)
             f"(--xla-devices={needed} or more to run it)",
         )
     if needed < available and not sub_worlds:
+        cores = f"{needed} core{'s' if needed != 1 else ''}"
         return (
-            f"run on a sub-world of {needed} cores",
-            f"runs on a sub-world of {needed} cores; the {backend} backend "
+            f"run on a sub-world of {cores}",
+            f"runs on a sub-world of {cores}; the {backend} backend "
             f"runs every one of its {available} cores",
         )
     return None
