@@ -305,7 +305,8 @@ class ProcessRanks:
         self._store = _loopback_store()
         # The launching host works in the launching directory; every other host has its own.
         self._host_roots: list[str | None] = [None] + [
-            tempfile.mkdtemp(prefix=f"xlasim-host{h}-") for h in range(1, topology.hosts)
+            tempfile.mkdtemp(prefix=f"xlasim-{os.getpid()}-host{h}-")
+            for h in range(1, topology.hosts)
         ]
         self._processes = [self._start(p) for p in range(topology.processes)]
         for process in self._processes:
