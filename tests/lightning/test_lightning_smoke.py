@@ -21,6 +21,7 @@ lightning = pytest.importorskip(
 )
 
 import torch  # noqa: E402
+from lightning.pytorch.demos.boring_classes import BoringModel  # noqa: E402
 
 import xlasim  # noqa: E402
 
@@ -95,12 +96,21 @@ def test_all_gather_shape(devices):
     assert fabric.launch(_gathered_shape) == (devices, 3)
 
 
+class _WorldModel(BoringModel):
+    """BoringModel that logs, on every rank, the world size it sees and (synced) its rank."""
+
+    def training_step(self, batch, batch_idx):
+        out = super().training_step(batch, batch_idx)
+        self.log("world_size", float(self.trainer.world_size))
+        self.log("rank_sum", float(self.global_rank), reduce_fx="sum", sync_dist=True)
+        return out
+
+
 def test_trainer_fits_on_every_core(devices, tmp_path):
     from lightning.pytorch import Trainer
-    from lightning.pytorch.demos.boring_classes import BoringModel
     from lightning.pytorch.strategies import XLAStrategy
 
-    model = BoringModel()
+    model = _WorldModel()
     before = [p.detach().clone() for p in model.parameters()]
     trainer = Trainer(
         accelerator="tpu",
@@ -114,11 +124,15 @@ def test_trainer_fits_on_every_core(devices, tmp_path):
         enable_model_summary=False,
     )
     assert isinstance(trainer.strategy, XLAStrategy)
+    assert trainer.num_devices == devices
     trainer.fit(model)
     assert trainer.state.finished
-    assert trainer.world_size == devices
-    # The ranks trained; rank 0's weights come back to the launching process (its trainer's
-    # step counter does not: Lightning's spawn launchers return weights and metrics only).
+    # What the ranks logged comes back to the launching process, as do rank 0's trained weights
+    # (the trainer's own counters and world size there stay the launcher's: Lightning's spawn
+    # launchers return weights and metrics only).
+    metrics = {k: v.item() for k, v in trainer.callback_metrics.items()}
+    assert metrics["world_size"] == devices
+    assert metrics["rank_sum"] == sum(range(devices))  # sync_dist: an all_reduce over the ranks
     assert any(not torch.equal(a, b.cpu()) for a, b in zip(before, model.parameters()))
 
 
