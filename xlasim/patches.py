@@ -1,4 +1,4 @@
-"""Installing the emulation into torch_xla and torch.distributed, reversibly.
+"""Installing the emulation into torch_xla and torch.distributed (once per process).
 
 Everything is patched at the module attribute real code looks up at call time
 (`xm.all_reduce`, `xr.world_size`, `xmp.spawn`...), so torch_xla's own helpers built on them
@@ -27,12 +27,7 @@ def _get(owner: Any, name: str) -> Any:
 
 def _set(owner: Any, name: str, value: Any) -> None:
     if isinstance(owner, MutableMapping):
-        if value is _MISSING:
-            owner.pop(name, None)
-        else:
-            owner[name] = value
-    elif value is _MISSING:
-        delattr(owner, name)
+        owner[name] = value
     else:
         setattr(owner, name, value)
 
@@ -99,14 +94,3 @@ def install() -> None:
     for owner, name, replacement in _targets():
         _applied.append((owner, name, _get(owner, name)))
         _set(owner, name, replacement)
-
-
-def uninstall() -> None:
-    """Restore every original, in reverse order."""
-    while _applied:
-        owner, name, original = _applied.pop()
-        _set(owner, name, original)
-
-
-def installed() -> bool:
-    return bool(_applied)

@@ -84,9 +84,6 @@ class Topology:
         """Rank within its host (what `xr.local_ordinal()` answers)."""
         return rank % self.cores_per_host
 
-    def local_process_of(self, rank: int) -> int:
-        return self.process_of(rank) % self.processes_per_host
-
     def describe(self) -> str:
         def count(n: int, noun: str) -> str:
             return f"{n} {noun}{'es' if noun.endswith('s') and n > 1 else 's' if n > 1 else ''}"
