@@ -120,3 +120,10 @@ def uses_the_store(rank):
     dist.init_process_group("xla", init_method="xla://")
     dist.barrier()
     dist.destroy_process_group()
+
+
+def busy_without_collectives(rank):
+    """Rank 1 never reaches a collective, so only the whole run's bound can end the wait."""
+    if rank == 1:
+        time.sleep(STUCK_S)
+    return rank

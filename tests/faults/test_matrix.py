@@ -240,3 +240,15 @@ def test_collective_outside_a_world(clean_after, name):
     clean_after(name)
     with pytest.raises(xlasim.OutsideWorldError, match="outside an emulated world"):
         xm.all_reduce("sum", torch.ones(2))
+
+
+@pytest.mark.parametrize("name", TOPOLOGIES)
+def test_a_run_without_a_timeout_is_still_bounded(clean_after, monkeypatch, name):
+    """`World.run(timeout=None)` is bounded by XLASIM_RUN_TIMEOUT (default an hour), so code
+    that never reaches the emulation's collectives cannot hang without bound."""
+    world = clean_after(name)
+    monkeypatch.setenv("XLASIM_RUN_TIMEOUT", "1")
+    started = time.monotonic()
+    with pytest.raises(xlasim.CollectiveTimeoutError, match=r"did not finish within 1 s"):
+        world.run(cells.busy_without_collectives)
+    assert time.monotonic() - started < 1 + SLACK_S
