@@ -8,9 +8,9 @@ frame), the rank's captured output, the XLA counters its process added, the dura
 rendering of the failure made where the frames were (`Collect.render`, e.g. pytest's own).
 
 An outcome crosses a process boundary as itself (pickled): the exception travels as the same
-type when it can be pickled at all, is rebuilt from its class and state when its class only
-hides where it lives (pytest's `Skipped` and `Failed` claim to be builtins), and becomes an
-`XlasimError` naming it otherwise; a result that does not pickle becomes an error naming it
+type when it can be pickled at all, is rebuilt from its class, args and state when it cannot
+but its class can be found (pytest's `Skipped` and `Failed` claim to be builtins), and becomes
+an `XlasimError` naming it otherwise (a class defined inside a function); a result that does not pickle becomes an error naming it
 (`portable`). The formatted traceback is text and always crosses.
 """
 
