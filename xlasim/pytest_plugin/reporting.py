@@ -70,8 +70,9 @@ def size_skips(config: pytest.Config) -> str | None:
     if tally is None:
         return None
     size = executor(config).size
+    cores = f"{size} core{'s' if size != 1 else ''}"
     if not tally:
-        return f"xlasim: no test skips for this slice's size ({size} cores)"
+        return f"xlasim: no test skips for this slice's size ({cores})"
     total = sum(tally.values())
     why = ", ".join(
         f"{n} {_singular(key) if n == 1 else key}"
@@ -79,7 +80,7 @@ def size_skips(config: pytest.Config) -> str | None:
     )
     return (
         f"xlasim: {total} test{'s' if total != 1 else ''} will skip for this slice's size "
-        f"({size} core{'s' if size != 1 else ''}): {why}"
+        f"({cores}): {why}"
     )
 
 
