@@ -21,7 +21,7 @@ def test_conftest_cannot_change_the_slice(pytester, inner_environment) -> None:
     )
     output = result.stdout.str() + result.stderr.str()
     assert (
-        "RuntimeAlreadyStartedError: emulation already chose 1 host x 1 process x 8 cores = "
+        "RuntimeAlreadyStartedError: emulation already started as 1 host x 1 process x 8 cores = "
         in output
     ), output
     assert "so it cannot become 1 host x 4 processes x 1 core = 4 cores" in output, output
