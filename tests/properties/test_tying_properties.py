@@ -10,6 +10,7 @@ tied and the replicas still identical; a checkpoint round trip of the module kee
 
 from __future__ import annotations
 
+import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,15 @@ from strategy import XLAStrategy
 from strategy.module import TrainingModule
 
 CONTAINER_NAMES = ("blocks", "inner", "head")
+#: torch_xla's graph cache gives a graph another graph's executable when the two differ only in
+#: which inputs they share (pytorch/xla #8353, reproduced without xlasim in docs/fidelity.md);
+#: tied weights make such graphs. With inputs of other sizes XLA refuses them (the first
+#: error); the second was seen once in the sync after a step, in the same runs. Only these
+#: upstream failures are excused; any other, and every property below, fails the test.
+UPSTREAM_HASH_COLLISION = re.compile(
+    r"Executable expected parameter \d+ of size \d+ but got buffer with incompatible size \d+"
+    r"|Check failed: tensor_data"
+)
 
 
 @dataclass(frozen=True)
@@ -138,6 +148,7 @@ def tie_and_train_on_rank(spec: GraphSpec, seed: int, batches, steps: int, path:
         loss = model.training_step(batches[rank][step].to(device), step)
         loss.backward()
         strategy.optimizer_step(optimizer)
+        torch_xla.sync()  # the graph cut MpDeviceLoader makes between steps in real training
         optimizer.zero_grad(set_to_none=True)
     facts["groups_after_training"] = tied_groups(model)
     facts["tied_on_device_after_training"] = each_group_is_one_parameter_on(model, device)
@@ -149,13 +160,6 @@ def tie_and_train_on_rank(spec: GraphSpec, seed: int, batches, steps: int, path:
     return facts
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="open bug: with Hypothesis derandomized (CI=true), a world of 1 with a width-2 tied graph "
-    "fails on its first run in XLA ('Executable expected parameter N of size 16 but got buffer with "
-    "incompatible size 8') and passes when replayed; reproduce with "
-    "CI=true pytest --xla-devices=8 tests/properties/test_tying_properties.py",
-)
 @budget(25)
 @given(data=st.data())
 def test_tied_groups_stay_one_parameter_through_setup_training_and_checkpoints(
@@ -171,9 +175,14 @@ def test_tied_groups_stay_one_parameter_through_setup_training_and_checkpoints(
 
     with tempfile.TemporaryDirectory() as directory:
         path = str(Path(directory) / "model.ckpt")
-        results = xla_world.run_on(
-            world_size, tie_and_train_on_rank, spec, seed, batches, steps, path
-        )
+        try:
+            results = xla_world.run_on(
+                world_size, tie_and_train_on_rank, spec, seed, batches, steps, path
+            )
+        except Exception as error:
+            if UPSTREAM_HASH_COLLISION.search(str(error)):
+                pytest.xfail(f"pytorch/xla #8353 (docs/fidelity.md, 'Upstream: ...'): {error}")
+            raise
 
     reference = results[0]
     assert reference["groups_before"], "the drawn graph has no tied group"
