@@ -23,7 +23,7 @@ def _fail_on_the_last_rank() -> None:
 
 
 def test_global_rank_zero_result_comes_back_with_tensors_on_the_cpu(
-    xla_world, monkeypatch, tmp_path
+    emulation_only, xla_world, monkeypatch, tmp_path
 ):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the launch keeps its result
     box = ["caller"]
