@@ -331,7 +331,13 @@ def bridge_extract(original: Callable[..., Any]) -> Callable[..., Any]:
                 "runs on the host between XLA programs. Compile with dynamic=False (a recompile "
                 "for a new shape otherwise turns dynamic by itself)."
             )
-        with _analysis_lock:
+        from torch._dynamo.convert_frame import compile_lock
+
+        # The bridge's partitioning builds FX nodes, and FX copies its process-wide "current
+        # node meta" into every new node while any thread traces with `preserve_node_meta`
+        # (dynamo, on another rank): the analysis would fail in FX ("replace_with already has
+        # .meta keys"). So it holds dynamo's own compile lock too, as dynamo's tracing does.
+        with compile_lock, _analysis_lock:
             bridge_analysis.active = True
             try:
                 return original(xla_model, xla_args)
