@@ -44,12 +44,16 @@ class CollectiveTimeoutError(XlasimError):
 class WorldAbortedError(XlasimError):
     """Raised inside a rank that was released because the run was aborted by another cause."""
 
-    def __init__(self, cause: BaseException):
-        super().__init__(f"released: the run was aborted ({type(cause).__name__})")
+    def __init__(self, cause: BaseException | str):
+        name = cause if isinstance(cause, str) else type(cause).__name__
+        super().__init__(f"released: the run was aborted ({name})")
         self.cause = cause
 
     def __reduce__(self):
-        return (type(self), (self.cause,))
+        # Only the cause's name crosses processes: the cause itself may not pickle (pytest's
+        # Skipped does not), and a release must stay a release on the other side.
+        name = self.cause if isinstance(self.cause, str) else type(self.cause).__name__
+        return (type(self), (name,))
 
 
 class RankExitError(XlasimError):
