@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -117,18 +118,7 @@ def command(job: Job, slice: Slice, junit: Path) -> list[str]:
             # cannot). The checkout's torch_xla/ source folder does not shadow the installed
             # one: xlasim's plugin imports torch_xla before collection.
             "--import-mode=prepend",
-            f"--junitxml={junit}",
-            "-o",
-            "junit_logging=all",
-            "-o",
-            "junit_family=xunit1",
-            # sys, not fd: XLA's own log lines (the reason for an abort) reach the output.
-            "--capture=sys",
-            "-p",
-            "no:cacheprovider",
-            "-p",
-            "xlasim.conformance.pytest_probe",
-            *(f"--deselect={id}" for id in job.deselect),
+            *probed_pytest_options(junit, job.deselect),
         ]
     return [
         sys.executable,
@@ -140,6 +130,25 @@ def command(job: Job, slice: Slice, junit: Path) -> list[str]:
         *([] if slice.processes is None else ["--processes", str(slice.processes)]),
         str(job.path),
         *job.args,
+    ]
+
+
+def probed_pytest_options(junit: Path, deselect: Sequence[str]) -> list[str]:
+    """The pytest options of a probed run: junit with every test's output, the probe plugin
+    that records each test's launches and collectives, and the tests left out."""
+    return [
+        f"--junitxml={junit}",
+        "-o",
+        "junit_logging=all",
+        "-o",
+        "junit_family=xunit1",
+        # sys, not fd: XLA's own log lines (the reason for an abort) reach the output.
+        "--capture=sys",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "xlasim.conformance.pytest_probe",
+        *(f"--deselect={id}" for id in deselect),
     ]
 
 

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..conformance.execution import _FOREIGN_ENV, Outcome, _wait_unreaped
+from ..conformance.execution import _FOREIGN_ENV, Outcome, _wait_unreaped, probed_pytest_options
 from ..conformance.pytest_probe import PROGRESS_ENV
 
 #: Lightning's switches (tests/tests_pytorch/conftest.py, tests/tests_fabric/conftest.py).
@@ -119,17 +119,7 @@ def command(run: Run, slice: Slice, junit: Path) -> list[str]:
         *slice.pytest_options(),
         run.target,
         f"--rootdir={run.tests}",
-        f"--junitxml={junit}",
-        "-o",
-        "junit_logging=all",
-        "-o",
-        "junit_family=xunit1",
-        "--capture=sys",
-        "-p",
-        "no:cacheprovider",
-        "-p",
-        "xlasim.conformance.pytest_probe",
-        *(f"--deselect={id}" for id in run.deselect),
+        *probed_pytest_options(junit, run.deselect),
     ]
 
 
