@@ -170,18 +170,31 @@ def _junit_cases(path: Path) -> list[ET.Element]:
         return []
 
 
-def _case_row(job: Job, case: ET.Element) -> Row:
-    id = _test_id(job, case)
-    seconds = float(case.get("time", 0))
-    output = "\n".join(case.findtext(tag) or "" for tag in ("system-out", "system-err"))
+def case_output(case: ET.Element) -> str:
+    """A junit case's captured stdout and stderr."""
+    return "\n".join(case.findtext(tag) or "" for tag in ("system-out", "system-err"))
+
+
+def case_problem(case: ET.Element, output: str) -> tuple[str, str] | None:
+    """A failed or erroring junit case's text to classify (message, traceback, output) and its
+    first error line; None when the case did not fail."""
     problem = case.find("failure")
     if problem is None:
         problem = case.find("error")
+    if problem is None:
+        return None
+    message = problem.get("message", "").strip()
+    text = f"{message}\n{problem.text or ''}\n{output}"
+    return text, message.splitlines()[0] if message else first_error_line(text) or "failed"
+
+
+def _case_row(job: Job, case: ET.Element) -> Row:
+    id = _test_id(job, case)
+    seconds = float(case.get("time", 0))
+    output = case_output(case)
+    problem = case_problem(case, output)
     if problem is not None:
-        message = problem.get("message", "").strip()
-        text = f"{message}\n{problem.text or ''}\n{output}"
-        error = message.splitlines()[0] if message else first_error_line(text) or "failed"
-        result, reason = failure(job, id, text, error)
+        result, reason = failure(job, id, *problem)
         return _row(job, result, seconds, reason, id)
     skipped = case.find("skipped")
     if skipped is not None:

@@ -22,6 +22,8 @@ from ..conformance.classify import (
     SKIPPED,
     TIMED_OUT,
     Row,
+    case_output,
+    case_problem,
 )
 from ..conformance.execution import Outcome
 from ..conformance.pytest_probe import COLLECTIVES, LAUNCHES
@@ -93,15 +95,9 @@ def _finding_reason(finding: Finding) -> str:
 
 def _case_row(id: str, mode: str, case: ET.Element) -> Row:
     seconds = round(float(case.get("time", 0)), 1)
-    output = "\n".join(case.findtext(tag) or "" for tag in ("system-out", "system-err"))
-    problem = case.find("failure")
-    if problem is None:
-        problem = case.find("error")
+    problem = case_problem(case, case_output(case))
     if problem is not None:
-        message = problem.get("message", "").strip()
-        text = f"{message}\n{problem.text or ''}\n{output}"
-        error = message.splitlines()[0] if message else first_error_line(text) or "failed"
-        result, reason = failure(id, text, error)
+        result, reason = failure(id, *problem)
         return Row(id, mode, result, seconds, reason)
     skipped = case.find("skipped")
     if skipped is not None:
