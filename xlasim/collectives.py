@@ -18,8 +18,8 @@ import torch_xla.utils.utils as xu
 from . import combine as combining
 from . import compiled, context, traced_counters
 from .callsite import call_location
-from .reduction import check_reduce_type
-from .run import Call
+from .combine import check_reduce_type
+from .rendezvous import Call
 from .transfer import to_device, to_host
 
 Groups = Sequence[Sequence[int]] | None

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from .errors import OutsideWorldError
 
 if TYPE_CHECKING:
-    from .run import Run
+    from .rendezvous import Run
 
 _local = threading.local()
 

@@ -21,7 +21,7 @@ from torch.distributed import distributed_c10d as c10d
 from . import context
 from .callsite import call_location
 from .collectives import check_received
-from .run import Call
+from .rendezvous import Call
 from .transfer import to_device, to_host
 
 _GROUP_NAME_STRIDE = 1_000_000

@@ -38,7 +38,7 @@ from typing import Any
 
 from . import shared_payloads, worker
 from .errors import WorldAbortedError, XlasimError
-from .run import Run, rank_span
+from .rendezvous import Run, rank_span
 from .topology import Topology
 
 STARTUP_TIMEOUT_S = 180.0

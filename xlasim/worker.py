@@ -27,7 +27,7 @@ from typing import Any
 
 from . import shared_payloads
 from .outcome import Collect, RankOutcome
-from .run import Call, RunObjects
+from .rendezvous import Call, RunObjects
 from .topology import Topology
 
 

@@ -26,7 +26,7 @@ from .errors import (
     launch_inside_rank,
 )
 from .outcome import RESULT_ONLY, Collect, RankOutcome
-from .run import Run, rank_span
+from .rendezvous import Run, rank_span
 from .threads import ThreadRanks
 from .topology import Topology
 

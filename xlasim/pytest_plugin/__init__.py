@@ -4,13 +4,13 @@ Registered through the `pytest11` entry point. Like pytest's own `_pytest` packa
 below is a plugin with one concern; this module only lists them so pytest registers them all
 when it loads the entry point (before any conftest.py is imported), each before the modules
 that import it. Loading them imports neither torch nor torch_xla: the plugin stays dormant
-until the session asks for XLA (see `activation`).
+until the session asks for XLA (see `backend_choice`).
 """
 
 pytest_plugins = [
     "xlasim.pytest_plugin.options",
     "xlasim.pytest_plugin.markers",
-    "xlasim.pytest_plugin.activation",
+    "xlasim.pytest_plugin.backend_choice",
     "xlasim.pytest_plugin.fixtures",
     "xlasim.pytest_plugin.ranks",
     "xlasim.pytest_plugin.hypothesis_profiles",

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from ..context import current
-from .activation import executor, is_active, run_ranks
+from .backend_choice import executor, is_active, run_ranks
 from .options import resolve
 from .outcomes import WORLD_RUN_CONVENTION, RanksFailed, never_called, results
 from .timeouts import timeout_for

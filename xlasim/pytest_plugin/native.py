@@ -43,7 +43,7 @@ STACK_GRACE_S = 1.0
 
 def platform() -> str:
     """The PJRT platform the workers will use; chosen here so torch_xla does not probe."""
-    from .activation import _tpu_attached
+    from .backend_choice import _tpu_attached
 
     if not os.environ.get("PJRT_DEVICE"):
         os.environ["PJRT_DEVICE"] = "TPU" if _tpu_attached() else "CPU"

@@ -35,7 +35,7 @@ BACKENDS = ("auto", "emulated", "native")
 
 @dataclass(frozen=True)
 class Settings:
-    """What the user asked for. `backend` is still "auto" here; `activation` decides it."""
+    """What the user asked for. `backend` is still "auto" here; `backend_choice` decides it."""
 
     devices: int | None
     backend: str
@@ -181,7 +181,7 @@ def _source(config: pytest.Config, option: str) -> Source:
 def asked_by(config: pytest.Config) -> str | None:
     """The first setting that asks for XLA (`--xla-devices=8`, `XLASIM_TOPOLOGY=v3-8`, `ini
     xla_backend=native`), or None: a session asks for XLA through any of them (or by
-    collecting a test that needs it, which `activation` sees later)."""
+    collecting a test that needs it, which `backend_choice` sees later)."""
     for option in ENVIRONMENT_VARIABLES:
         source = _source(config, option)
         if source.raw is not None:

@@ -18,7 +18,7 @@ import pytest
 
 from ..errors import XlasimError
 from . import markers
-from .activation import executor, is_active, is_xdist_controller, run_ranks
+from .backend_choice import executor, is_active, is_xdist_controller, run_ranks
 from .fixtures import RankPlaceholder, XlaRank
 from .outcomes import outcomes_key, settle
 from .remote import NotPicklableError

@@ -22,7 +22,7 @@ from ..errors import RankFailedError, XlasimError
 from ..frames import first_user
 from ..outcome import RankOutcome
 from . import hypothesis_profiles
-from .activation import backend_key, executor, is_active, topology_description, woken_by_key
+from .backend_choice import backend_key, executor, is_active, topology_description, woken_by_key
 from .options import resolve
 from .outcomes import (
     CORE_RUN_CONVENTION,
