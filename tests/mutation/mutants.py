@@ -141,6 +141,50 @@ MUTANTS = (
         "    if normalized is None:\n        return tuple(range(size))",
         "    if True:\n        return tuple(range(size))",
     ),
+    mutant(
+        "reduction-out-of-rank-order",
+        "reductions combine the ranks last to first: results differ in their last bits from a TPU's",
+        "xlasim/combine.py",
+        "    acc = values[0].clone()\n    for value in values[1:]:\n        combine(acc, value)",
+        "    acc = values[-1].clone()\n    for value in values[-2::-1]:\n        combine(acc, value)",
+    ),
+    # ------------------------------------------------------------------ xlasim: the rendezvous
+    mutant(
+        "signature-check-skipped",
+        "ranks that meet with different ops, shapes or dtypes are combined as if they matched",
+        "xlasim/rendezvous.py",
+        "        if all((c.op, c.signature) == (first.op, first.signature) for c in calls.values()):",
+        "        if True:",
+    ),
+    mutant(
+        "stranded-slot-detection-removed",
+        "a collective that a returned rank can never join is not recognised as a skipped collective",
+        "xlasim/rendezvous.py",
+        "            if gone and not slot.complete:",
+        "            if False:",
+    ),
+    mutant(
+        "abort-not-released",
+        "a rank that raises no longer aborts the run: its peers wait on without being told why",
+        "xlasim/rendezvous.py",
+        "            if outcome.raised:\n                self._abort(outcome.error)  # type: ignore[arg-type]\n",
+        "",
+    ),
+    # ------------------------------------------------------------------ xlasim: the pytest plugin
+    mutant(
+        "settle-picks-the-wrong-rank",
+        "a test whose ranks fail differently reports the highest failing rank's exception",
+        "xlasim/pytest_plugin/outcomes.py",
+        "        raise failing[0].error  # type: ignore[misc]",
+        "        raise failing[-1].error  # type: ignore[misc]",
+    ),
+    mutant(
+        "inconsistent-skips-accepted",
+        "a skip taken by some ranks only is reported as the test's skip (a TPU slice would hang)",
+        "xlasim/pytest_plugin/outcomes.py",
+        "    if len(left) == len(outcomes) and len(kinds) == 1:",
+        "    if len(kinds) == 1:",
+    ),
     # ------------------------------------------------------------------ strategy: collectives
     mutant(
         "strategy-reduce-max-is-min",
