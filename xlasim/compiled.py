@@ -307,10 +307,10 @@ def collector_run_node(original: Callable[..., Any]) -> Callable[..., Any]:
     the bridge mishandles (it caches no program for a partition without computation, and
     miscounts outputs that share one buffer)."""
 
-    def run_node(self: Any, node: torch.fx.Node) -> Any:
-        result = original(self, node)
-        if _carries_collective(node) and node not in self._unsupported_nodes:
-            self._unsupported_nodes.append(node)
+    def run_node(self: Any, n: torch.fx.Node) -> Any:  # the original's parameter name
+        result = original(self, n)
+        if _carries_collective(n) and n not in self._unsupported_nodes:
+            self._unsupported_nodes.append(n)
         return result
 
     run_node.__wrapped__ = original  # type: ignore[attr-defined]

@@ -90,7 +90,7 @@ class _RegistryProxy:
         setattr(self._target(), name, value)
 
 
-def _xla_rendezvous(url: str, timeout=None, **kwargs):
+def _xla_rendezvous(url: str, timeout=..., **kwargs):  # the default of torch_xla's handler
     ctx = context.require("init_process_group('xla')")
     store = ctx.run.store()
     yield (store, ctx.rank, ctx.world_size)
