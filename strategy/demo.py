@@ -1,6 +1,7 @@
 """The main job: train the guide's weight-sharing model on every core, checkpoint, resume.
 
     python -m strategy.demo --devices 8      # from the repository root
+    python -m strategy.demo --devices 8 --spmd   # the same with FSDPv2: one SPMD program
 
 On a TPU VM (PJRT_DEVICE=TPU) it runs on the real cores. Anywhere else it first emulates the
 cores with xlasim; the training code below is the same either way. Phase 1 trains and saves a
@@ -40,6 +41,11 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=8, help="samples per core and step")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
+        "--spmd",
+        action="store_true",
+        help="FSDPv2 (SPMD): one program shards the model and the batch over every core",
+    )
+    parser.add_argument(
         "--checkpoint-dir",
         type=Path,
         default=None,
@@ -65,14 +71,23 @@ def _loss_summary(losses: list[tuple[int, float]]) -> str:
     return f"loss {losses[0][1]:.4f} (step {losses[0][0]}) -> {losses[-1][1]:.4f} (step {losses[-1][0]})"
 
 
+def _size(path: Path) -> int:
+    """Bytes of a checkpoint: a file, or an SPMD checkpoint's directory."""
+    if path.is_dir():
+        return sum(part.stat().st_size for part in path.rglob("*") if part.is_file())
+    return path.stat().st_size
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
     platform = _platform(args.devices)
-    print(f"strategy demo: data-parallel training on {args.devices} XLA core(s), {platform}")
+    mode = "FSDPv2 (SPMD)" if args.spmd else "data-parallel"
+    print(f"strategy demo: {mode} training on {args.devices} XLA core(s), {platform}")
 
     import torch
     from torch.utils.data import DataLoader
 
+    from strategy.spmd import SPMDStrategy
     from strategy.trainer import Trainer
 
     try:
@@ -86,8 +101,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     shape = (WeightSharingModule.in_features, WeightSharingModule.out_features)
-    train = DataLoader(regression_data(1536, *shape, seed=args.seed), args.batch_size, shuffle=True)
-    val = DataLoader(regression_data(256, *shape, seed=args.seed + 1), args.batch_size)
+    # An SPMD program takes the global batch (every core's samples) and splits it itself.
+    cores = 8 if args.devices == "auto" else args.devices
+    batch_size = args.batch_size * cores if args.spmd else args.batch_size
+    train = DataLoader(regression_data(1536, *shape, seed=args.seed), batch_size, shuffle=True)
+    val = DataLoader(regression_data(256, *shape, seed=args.seed + 1), batch_size)
 
     torch.manual_seed(args.seed)  # built once, here: every launch and every rank starts from it
     model = WeightSharingModule()
@@ -102,9 +120,10 @@ def main(argv: list[str] | None = None) -> int:
             max_steps=args.steps,
             checkpoint_dir=checkpoint_dir,
             seed=args.seed,
+            strategy=SPMDStrategy() if args.spmd else None,
         ).fit(model, train, val)
         checkpoint = Path(first.checkpoints[-1])
-        print(f"saved {checkpoint} ({checkpoint.stat().st_size} bytes)", flush=True)
+        print(f"saved {checkpoint} ({_size(checkpoint)} bytes)", flush=True)
 
         print(
             f"\nphase 2: a fresh launch resumes from it and trains {args.steps} more steps",
@@ -115,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
             max_steps=2 * args.steps,
             checkpoint_dir=checkpoint_dir,
             seed=args.seed,
+            strategy=SPMDStrategy() if args.spmd else None,
         ).fit(model, train, val, ckpt_path=checkpoint)
 
     tied = torch.equal(second.state_dict["layer_1.weight"], second.state_dict["layer_3.weight"])
