@@ -22,6 +22,7 @@ _EXPORTS = {
     "TrainingModule": "module",
     "Precision": "precision",
     "select_precision": "precision",
+    "SPMDStrategy": "spmd",
     "SingleDeviceXLAStrategy": "strategy",
     "XLAStrategy": "strategy",
     "strategy_for": "strategy",
