@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from . import context, patches
 from .errors import (
@@ -19,7 +20,9 @@ from .errors import (
     launch_inside_rank,
 )
 from .topology import Topology, preset
-from .world import World
+
+if TYPE_CHECKING:  # the world's modules import torch: not before the zygote has started
+    from .world import World
 
 DEVICES_ENV = "XLASIM_DEVICES"
 PROCESSES_ENV = "XLASIM_PROCESSES"
@@ -127,28 +130,34 @@ def emulate(
     # This (launching) process sees its host's cores, as on a TPU VM before xmp.spawn; worker
     # processes hold cores_per_process each. Threaded: every core.
     count = wanted.cores_per_host
-    if "torch_xla" not in sys.modules:
-        _choose_devices(count)  # before torch_xla's import picks a platform by itself
-    import torch_xla
-
-    if torch_xla._XLAC._xla_runtime_is_initialized():
-        started = torch_xla._XLAC._xla_get_devices()
-        if len(started) != count or not all(d.startswith("CPU") for d in started):
-            raise RuntimeAlreadyStartedError(
-                f"the XLA runtime already started with {len(started)} device(s) {started[:4]}, "
-                f"so it cannot emulate {count}. Activate emulation before the first use of an XLA "
-                f"device: call xlasim.emulate(devices={count}) first thing, or set {DEVICES_ENV}="
-                f"{count} (or CPU_NUM_DEVICES={count}) before starting Python."
-            )
+    if "torch_xla" in sys.modules:
+        _check_not_started(count)
     else:
-        _choose_devices(count)
+        _choose_devices(count)  # before torch_xla's import picks a platform by itself
+    if not wanted.threaded:
+        from .zygote import zygote
+
+        zygote()  # first: its imports (seconds) overlap this process's own, which follow
     _topology = wanted
     patches.install()
-    if not wanted.threaded:
-        from .processes import zygote
-
-        zygote()  # its imports overlap this process's own
     return _topology
+
+
+def _check_not_started(count: int) -> None:
+    """Choose the device count, or say why the runtime already started cannot have it."""
+    import torch_xla
+
+    if not torch_xla._XLAC._xla_runtime_is_initialized():
+        _choose_devices(count)
+        return
+    started = torch_xla._XLAC._xla_get_devices()
+    if len(started) != count or not all(d.startswith("CPU") for d in started):
+        raise RuntimeAlreadyStartedError(
+            f"the XLA runtime already started with {len(started)} device(s) {started[:4]}, "
+            f"so it cannot emulate {count}. Activate emulation before the first use of an XLA "
+            f"device: call xlasim.emulate(devices={count}) first thing, or set {DEVICES_ENV}="
+            f"{count} (or CPU_NUM_DEVICES={count}) before starting Python."
+        )
 
 
 def _requested_topology(
@@ -221,6 +230,8 @@ def world() -> World:
             'under `if __name__ == "__main__":` (xmp.spawn on a TPU VM needs that too).'
         )
     if _world is None or _world.topology != topology():
+        from .world import World
+
         if _world is None:
             atexit.register(close_world)
         _world = World(topology())

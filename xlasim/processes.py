@@ -9,11 +9,9 @@ served here by a thread of its own. Mismatch, deadlock, timeout and failure sema
 therefore exactly the threaded ones; payloads cross through shared memory
 (`shared_payloads.py`), so only the bytes of a collective are copied, once.
 
-Workers are forked from a zygote: a process that imported torch, torch_xla and xlasim once and
-never starts an XLA runtime (multiprocessing's forkserver with a preload), so a worker starts in
-a fraction of a second instead of paying the ~5 s import, and a stuck worker is replaced as
-quickly. The zygote is started as soon as emulation is chosen, so its imports overlap the
-launching process's own.
+Workers are forked from a zygote (`zygote.py`): a process that imported torch, torch_xla and
+xlasim once and never starts an XLA runtime, so a worker starts in a fraction of a second
+instead of paying the ~5 s import, and a stuck worker is replaced as quickly.
 """
 
 from __future__ import annotations
@@ -32,7 +30,6 @@ import time
 import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from multiprocessing import get_context
 from multiprocessing.connection import Connection, Listener
 from typing import Any
 
@@ -40,35 +37,11 @@ from . import shared_payloads, worker
 from .errors import WorldAbortedError, XlasimError
 from .rendezvous import Run, rank_span
 from .topology import Topology
+from .zygote import zygote
 
 STARTUP_TIMEOUT_S = 180.0
 REPLY_TIMEOUT_S = 10.0
 LOOPBACK = "127.0.0.1"
-#: Imported once by the zygote, inherited by every worker it forks.
-PRELOAD = ["torch", "torch_xla", "torch_xla.core.xla_model", "numpy", "xlasim.worker"]
-
-_zygote_lock = threading.Lock()
-
-
-def zygote():
-    """The forkserver context workers are forked from, started (once) without waiting."""
-    context = get_context("forkserver")
-    with _zygote_lock:
-        context.set_forkserver_preload(PRELOAD)
-        from multiprocessing import forkserver
-
-        try:
-            forkserver.ensure_running()
-        except OSError as error:
-            if "too long" not in str(error):
-                raise
-            raise XlasimError(
-                f"the temporary directory {tempfile.gettempdir()!r} is too long a path for the "
-                "Unix socket multiprocessing's forkserver (the zygote of worker processes) puts "
-                f"there ({error}): set TMPDIR to a shorter directory, or run the threads mode "
-                "(processes=1)"
-            ) from error
-    return context
 
 
 class _Links:

@@ -25,9 +25,10 @@ from dataclasses import dataclass
 from multiprocessing.connection import Client, Connection
 from typing import Any
 
-from . import shared_payloads
+from . import activation, fresh, output, patches, shared_payloads
 from .outcome import Collect, RankOutcome
 from .rendezvous import Call, RunObjects
+from .threads import RankThread
 from .topology import Topology
 
 
@@ -140,11 +141,11 @@ def main(spec: WorkerSpec, control: Connection) -> None:
     # Ctrl-C reaches every process of the terminal's group: the launching process owns it
     # (it releases the ranks, replaces stuck workers, or exits and stops them all).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    os.environ["PJRT_DEVICE"] = "CPU"
-    os.environ["CPU_NUM_DEVICES"] = str(topology.cores_per_process)
-    from . import activation, fresh, output, patches
-    from .threads import RankThread
-
+    # Forked from the zygote, this process has the zygote's environment: the launching
+    # process's when the zygote started, with its device count. This worker's runtime (started
+    # by its first device use) must see its own, and so must every job.
+    overrides = {"PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": str(topology.cores_per_process)}
+    os.environ.update(overrides)
     first = spec.process * topology.cores_per_process
     activation.enter_worker(topology, topology.host_of(first))
     patches.install()
@@ -154,7 +155,6 @@ def main(spec: WorkerSpec, control: Connection) -> None:
         first + i: RankThread(first + i, f"xla:{i}") for i in range(topology.cores_per_process)
     }
     links = {rank: Link(spec, rank) for rank in ranks}
-    overrides = {"PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": str(topology.cores_per_process)}
     control.send(("ready", spec.process))
     while True:
         try:

@@ -2,7 +2,9 @@
 failure semantics as the threaded world. Functions run on ranks are module-level: they are
 pickled to the worker processes, as xmp.spawn requires on a TPU VM."""
 
+import linecache
 import os
+import re
 import threading
 import time
 
@@ -146,6 +148,32 @@ def test_shared_python_state_works_in_threads_but_not_across_processes(world, po
     ]
     with pytest.raises(xlasim.RankFailedError, match=r"no result from ranks \[2, 3, 4, 5, 6, 7\]"):
         pod.run(topology_pitfalls.collect_results_through_a_global)
+
+
+def seed_in_a_rank(rank):
+    """Seeds as per-process training code does, recording the warnings the rank gets."""
+    import warnings
+
+    from xlasim.seeding import SharedGeneratorWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.manual_seed(1234)  # the line the warning must name
+    return [str(w.message) for w in caught if w.category is SharedGeneratorWarning]
+
+
+def test_seeding_in_a_rank_that_shares_its_process_warns_with_the_line_and_the_fix(pod):
+    """Like a v2/v3 host, each worker process here holds 2 ranks, which share its CPU RNG."""
+    warned = pod.run(seed_in_a_rank)
+    assert all(len(messages) == 1 for messages in warned)
+    message = warned[0][0]
+    line = re.match(
+        r"torch\.manual_seed at \S*test_processes\.py:(\d+) in seed_in_a_rank ", message
+    )
+    assert line, message
+    assert "torch.manual_seed(1234)" in linecache.getline(__file__, int(line.group(1)))
+    assert "all 2 ranks of this process share" in message
+    assert "torch.Generator().manual_seed(s)" in message and "one process per core" in message
 
 
 def test_checkpoint_written_on_host_zero_is_missing_on_host_one(world, pod, tmp_path, monkeypatch):
