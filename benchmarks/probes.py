@@ -50,16 +50,19 @@ def tiny_all_reduce(rank: int) -> None:
 def startup(mode: str) -> dict:
     """Seconds from `xlasim.emulate(8)` to the end of the first `world.run`, in a fresh process.
 
-    Importing xlasim (which imports torch) is timed apart; `emulate` imports torch_xla (and, in
-    isolated mode, starts the zygote), so that is inside `xlasim_s`, as are the worker processes
-    the first `world()` starts. The first collective (tracing, first transfers) is reported
-    apart too.
+    `import xlasim` imports no torch (timed apart, `import_s`); `emulate` imports torch and
+    torch_xla, and in isolated mode starts the zygote first, whose own imports run meanwhile.
+    So `xlasim_s` holds the imports any torch_xla program pays (alone: `emulate_s` in threads
+    mode) and `ranks_s`, from the end of `emulate` to the first run done: the rank threads, or
+    waiting for the zygote and forking the worker processes from it. The first collective
+    (tracing, first transfers) is reported apart too.
     """
     began = time.perf_counter()
     import xlasim
 
     imported = time.perf_counter()
     emulate(STARTUP_DEVICES, mode)
+    emulated = time.perf_counter()
     world = xlasim.world()
     world.run(noop)
     ready = time.perf_counter()
@@ -71,6 +74,8 @@ def startup(mode: str) -> dict:
         "topology": world.topology.describe(),
         "xlasim_s": ready - imported,
         "import_s": imported - began,
+        "emulate_s": emulated - imported,
+        "ranks_s": ready - emulated,
         "first_all_reduce_s": time.perf_counter() - ready,
     }
 

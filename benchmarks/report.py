@@ -310,8 +310,9 @@ def startup_line(r: Record) -> str:
     return (
         f"start-up, world of 8 (emulate -> first world.run done, fresh process): "
         f"{seconds(r['xlasim_s'])}{versus(r)}"
-        f"  [+ import xlasim/torch {r['import_s']:.2f} s; first 4 KB all_reduce "
-        f"{r['first_all_reduce_s'] * 1e3:.0f} ms]"
+        f"  [emulate (torch, torch_xla imports) {r['emulate_s']:.2f} s, then ranks "
+        f"{r['ranks_s']:.2f} s; before: import xlasim {r['import_s']:.2f} s; after: first 4 KB "
+        f"all_reduce {r['first_all_reduce_s'] * 1e3:.0f} ms]"
     )
 
 

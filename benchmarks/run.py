@@ -173,12 +173,13 @@ def probe_records(rounds: int, notes: list[str], progress: Progress) -> list[Rec
     return [complete(r) for r in records]
 
 
-def suite_records(notes: list[str], progress: Progress) -> list[Record]:
-    """The repository's suite in both modes, back to back (the slow part: ~15+ min each)."""
+def suite_records(paths: list[str], notes: list[str], progress: Progress) -> list[Record]:
+    """The repository's suite (or `paths` of it) in both modes, back to back (the slow part:
+    ~15+ min each for the whole suite)."""
     records = []
     for mode in MODES:
-        progress(f"suite: pytest --xla-devices=8, {mode}")
-        records += guarded(lambda mode=mode: pytest_runs.suite(mode), f"suite {mode}", notes)
+        progress(f"suite: pytest --xla-devices=8 {' '.join(paths)}, {mode}")
+        records += guarded(lambda mode=mode: pytest_runs.suite(mode, paths), f"suite {mode}", notes)
     return [complete(r) for r in records]
 
 
@@ -196,8 +197,10 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="N = 2 and 8 only, 3 repeats (~7 min)")
     parser.add_argument(
         "--suite",
-        action="store_true",
-        help="also time pytest --xla-devices=8 on the repo suite, isolated and threads (~40 min)",
+        nargs="*",
+        metavar="PATH",
+        help="also time pytest --xla-devices=8 on the repo suite, isolated and threads (~40 min), "
+        "or on the PATHs given (e.g. --suite tests/properties tests/core)",
     )
     parser.add_argument(
         "--json", type=Path, metavar="PATH", help="write the records as a JSON list"
@@ -223,8 +226,8 @@ def main() -> None:
         )
     )
     records = [run, *collectives, *probe_records(rounds, notes, progress)]
-    if args.suite:
-        records += suite_records(notes, progress)
+    if args.suite is not None:
+        records += suite_records(args.suite, notes, progress)
     pair_modes(records)
     verdicts = judge_all(records)
     progress("done")
