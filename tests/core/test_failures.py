@@ -35,6 +35,10 @@ def test_rank_that_raises_releases_peers_within_a_second_and_is_named(world):
     assert "rank 5 of 8 raised KeyError" in str(error)
     assert "rank five lost its key" in error.tracebacks[5]
     assert "test_failures.py" in error.tracebacks[5]
+    # Released because rank 5 raised, not later as peers of a rank that skipped the collective.
+    released = [o for o in error.outcomes if o.released]
+    assert [o.rank for o in released] == [0, 1, 2, 3, 4, 6, 7]
+    assert all(isinstance(o.error.cause, KeyError) for o in released)
 
 
 def test_several_failing_ranks_each_keep_their_traceback(world):
