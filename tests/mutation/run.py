@@ -5,6 +5,7 @@
     python tests/mutation/run.py --only retie-skipped sampler-local-rank
     python tests/mutation/run.py --list
     python tests/mutation/run.py --suite tests/properties   # what the property suite alone catches
+    python tests/mutation/run.py --rev HEAD --only abort-not-released   # committed code only
 
 1. Snapshot: the tracked files (`git ls-files`) are copied from the working tree (or a commit,
    `--rev`) into a temporary directory, once. The working tree is never modified, and edits made
@@ -16,7 +17,8 @@
 3. Baseline: the unmutated copy must pass (a red baseline would "catch" every mutant). Its
    per-test durations order the tests fastest first for the mutants' runs (the same tests).
 4. Each mutant (tests/mutation/mutants.py) is applied to a fresh copy of the snapshot and the
-   suite, tests/properties then tests/strategy (whole directories), runs against it with
+   suite (`SUITE`: tests/properties and tests/strategy whole, and the core's and the plugin's
+   tests of collectives, failure reports and settling) runs against it with
    `--xla-devices=8 -x -p no:cacheprovider` and the `xla-mutation` Hypothesis profile
    (tests/mutation/mutation_profile.py). A failing suite catches the mutant.
 
@@ -45,7 +47,17 @@ sys.path.insert(0, str(HERE))
 
 from mutants import MUTANTS, SANITY, Mutant, MutantDoesNotApply  # noqa: E402
 
-SUITE = ("tests/properties", "tests/strategy")
+#: The strategy's and the properties' suites, and the core's and the plugin's tests of what the
+#: core and plugin mutants break: collectives, failure reports (mismatch, deadlock, abort),
+#: settling per-rank outcomes into one test outcome.
+SUITE = (
+    "tests/properties",
+    "tests/strategy",
+    "tests/core/test_collectives.py",
+    "tests/core/test_failures.py",
+    "tests/plugin/test_plugin_settle.py",
+    "tests/plugin/test_plugin_emulated.py",
+)
 PYTEST_OPTIONS = (
     "--xla-devices=8",
     "-x",
@@ -187,8 +199,8 @@ def main(argv: list[str] | None = None) -> int:
         "--suite",
         nargs="+",
         default=list(SUITE),
-        metavar="DIR",
-        help=f"test directories to run (default: {' '.join(SUITE)})",
+        metavar="PATH",
+        help=f"test directories or files to run (default: {' '.join(SUITE)})",
     )
     options = parser.parse_args(argv)
 
