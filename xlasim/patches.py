@@ -38,7 +38,16 @@ def _targets() -> list[tuple[Any, str, Any]]:
     import torch_xla.runtime as xr
     from torch_xla._internal import pjrt
 
-    from . import collectives, compiled, distributed, launch, queries, seeding, traced_counters
+    from . import (
+        collectives,
+        compiled,
+        distributed,
+        launch,
+        queries,
+        seeding,
+        spmd,
+        traced_counters,
+    )
 
     runtime_originals = {
         name: getattr(xr, name)
@@ -84,6 +93,7 @@ def _targets() -> list[tuple[Any, str, Any]]:
     targets += seeding.patches()
     targets += compiled.patches()
     targets += traced_counters.patches()
+    targets += spmd.patches()
     return targets
 
 

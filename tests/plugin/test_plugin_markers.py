@@ -119,7 +119,8 @@ def test_marker_arguments_are_checked(pytester) -> None:
             "number of cores",
             "@pytest.mark.xla accepts by keyword: devices=N or devices=[[]N, ...[]] (the cores "
             "to run on), min_devices=N (run on every core, skip below N; not with devices), "
-            "timeout=SECONDS (bound on the test's runs)",
+            "timeout=SECONDS (bound on the test's runs), spmd=True (the body runs once, in a "
+            "process with xr.use_spmd() on over the slice)",
             "@pytest.mark.xla_timeout accepts SECONDS (or seconds=SECONDS)",
             "@pytest.mark.xla_metrics accepts by keyword: compilations=N, fallbacks=N",
             "@pytest.mark.xla_min_devices accepts N, a whole number >= 1 (or devices=N)",

@@ -13,6 +13,7 @@ pytest_plugins = [
     "xlasim.pytest_plugin.backend_choice",
     "xlasim.pytest_plugin.fixtures",
     "xlasim.pytest_plugin.ranks",
+    "xlasim.pytest_plugin.spmd",
     "xlasim.pytest_plugin.hypothesis_profiles",
     "xlasim.pytest_plugin.reporting",
     "xlasim.pytest_plugin.metrics",

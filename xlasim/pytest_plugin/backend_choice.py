@@ -125,6 +125,10 @@ def activate(config: pytest.Config) -> None:
                 ) from None
             except XlasimError as error:
                 raise pytest.UsageError(f"xlasim: {error}") from None
+    if not is_xdist_controller(config):
+        from .spmd import refuse_here
+
+        refuse_here(backend)  # this process runs every test: SPMD here would outlive the test
     config.stash[backend_key] = backend
 
 

@@ -1,7 +1,8 @@
 """The plugin's markers, and the check of their arguments at collection.
 
-- `xla(devices=None, min_devices=None, timeout=None)`: the test body runs on every rank
-  (`ranks`); `devices` fixes the world's size, `min_devices` is the least it may be;
+- `xla(devices=None, min_devices=None, timeout=None, spmd=False)`: the test body runs on every
+  rank (`ranks`), or with `spmd=True` once, in an SPMD world over the slice (`spmd`); `devices`
+  fixes the world's size, `min_devices` is the least it may be;
 - `xla_min_devices(N)`: a test that is not per-rank (it drives `xla_world`, or builds its own
   world) needs at least N cores in the session (`ranks`);
 - `xla_timeout(SECONDS)`: the bound on the test's runs (`timeouts`);
@@ -25,7 +26,8 @@ import pytest
 ACCEPTS = {
     "xla": "by keyword: devices=N or devices=[N, ...] (the cores to run on), "
     "min_devices=N (run on every core, skip below N; not with devices), "
-    "timeout=SECONDS (bound on the test's runs)",
+    "timeout=SECONDS (bound on the test's runs), "
+    "spmd=True (the body runs once, in a process with xr.use_spmd() on over the slice)",
     "xla_min_devices": "N, a whole number >= 1 (or devices=N)",
     "xla_timeout": "SECONDS (or seconds=SECONDS)",
     "xla_metrics": "by keyword: compilations=N, fallbacks=N",
@@ -34,11 +36,12 @@ ACCEPTS = {
 
 def pytest_configure(config: pytest.Config) -> None:
     for line in (
-        "xla(devices=None, min_devices=None, timeout=None): run the test body on every rank of "
-        "the emulated (or real) slice; devices=N for a sub-world of N cores, devices=[1, 2, 8] "
-        "to parametrize over sizes; min_devices=N runs on every core and skips (with the "
-        "reason) a session of fewer; timeout=SECONDS bounds the test's runs (instead of "
-        "--xla-timeout)",
+        "xla(devices=None, min_devices=None, timeout=None, spmd=False): run the test body on "
+        "every rank of the emulated (or real) slice; devices=N for a sub-world of N cores, "
+        "devices=[1, 2, 8] to parametrize over sizes; min_devices=N runs on every core and skips "
+        "(with the reason) a session of fewer; timeout=SECONDS bounds the test's runs (instead "
+        "of --xla-timeout); spmd=True runs the body once, in a process of its own with "
+        "xr.use_spmd() on over the slice's devices (or devices=N of them)",
         "xla_min_devices(n): this test (one that drives xla_world, or builds its own world) "
         "needs at least n XLA cores in the session; skipped, with the reason, below that",
         "xla_timeout(seconds): bound on each per-rank run of this test (overrides --xla-timeout)",
@@ -69,6 +72,7 @@ _KEYWORDS: dict[str, dict[str, tuple[Callable[[Any], bool], str]]] = {
         "devices": (_sizes, "devices must be a positive whole number or a list of them"),
         "min_devices": (lambda n: _whole(n, 1), "min_devices must be a whole number >= 1"),
         "timeout": (_seconds, "timeout must be a positive number of seconds"),
+        "spmd": (lambda v: isinstance(v, bool), "spmd must be True or False"),
     },
     "xla_timeout": {"seconds": (_seconds, "seconds must be a positive number")},
     "xla_min_devices": {"devices": (lambda n: _whole(n, 1), "devices must be a whole number >= 1")},
@@ -102,7 +106,7 @@ def problems(mark: pytest.Mark) -> list[str]:
     elif mark.name == "xla_min_devices" and "devices" not in given:
         found.append("takes the least number of cores the test needs: xla_min_devices(N)")
     elif mark.args:
-        guesses = " or ".join(f"{name}={mark.args[0]!r}" for name in keywords)
+        guesses = " or ".join(f"{name}={mark.args[0]!r}" for name in keywords if name != "spmd")
         found.append(f"arguments are given by keyword ({guesses}?)")
     for name, value in given.items():
         if name not in keywords:

@@ -151,7 +151,8 @@ def _what_did_not_pickle(
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Refuse @given on a per-rank test before anything else looks at it (Hypothesis' own
     health check would complain first about the function-scoped `xla_rank` fixture)."""
-    marked = item.get_closest_marker("xla") is not None
+    marker = item.get_closest_marker("xla")
+    marked = marker is not None and not marker.kwargs.get("spmd")  # SPMD bodies run once
     if marked and getattr(getattr(item, "obj", None), "is_hypothesis_test", False):
         pytest.fail(
             "@pytest.mark.xla cannot be combined with Hypothesis' @given: each rank would draw "

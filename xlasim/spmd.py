@@ -1,0 +1,102 @@
+"""Where `xr.use_spmd()` may be turned on in an emulating process.
+
+SPMD is one program over all of a slice's devices, switched on for the whole process and never
+off again (`XLA_USE_SPMD` in the environment, the runtime's virtual device). An emulated rank is
+one replica of a replica-style program: SPMD inside it would turn its process (a worker holding
+other ranks, or the launching process in the threads mode) into an SPMD process for every launch
+after it. So `xr.use_spmd()` is refused inside a rank, with an error that says what to do, and
+wherever the pytest plugin refuses it (its own process, which later tests share); anywhere else,
+such as a script under `xlasim run`, it is torch_xla's own.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from . import context
+from .errors import XlasimError
+
+if TYPE_CHECKING:
+    from .topology import Topology
+
+#: How a pytest test asks for SPMD (named in every refusal).
+MARKER = "@pytest.mark.xla(spmd=True)"
+
+_allowed = False
+_refusal: str | None = None
+
+
+class SpmdRefusedError(XlasimError):
+    """`xr.use_spmd()` was called where it would change what later code runs on."""
+
+
+def allow() -> None:
+    """This process exists to run SPMD code (the plugin's SPMD worker): never refuse."""
+    global _allowed
+    _allowed = True
+
+
+def refuse_outside_ranks(why: str) -> None:
+    """Refuse `xr.use_spmd()` in this process outside ranks too, saying `why`."""
+    global _refusal
+    _refusal = why
+
+
+def _guarded(original: Callable[..., Any]) -> Callable[..., Any]:
+    def use_spmd(*args: Any, **kwargs: Any) -> Any:
+        rank = context.current()
+        if not _allowed and rank is not None:
+            raise SpmdRefusedError(
+                f"xr.use_spmd() on emulated rank {rank.rank} of {rank.world_size}: SPMD is one "
+                "program over every device of the slice in one process, not one per replica, and "
+                "it cannot be turned off, so it would stay on in this rank's process for every "
+                f"later launch. Under pytest, mark the test {MARKER} (its body then runs once, in "
+                "a process of its own with SPMD on over the slice); in a script, call "
+                "xr.use_spmd() in the main process instead of launching ranks."
+            )
+        if not _allowed and _refusal is not None:
+            raise SpmdRefusedError(f"xr.use_spmd() called here: {_refusal}")
+        return original(*args, **kwargs)
+
+    use_spmd.__doc__ = original.__doc__
+    use_spmd.__wrapped__ = original  # type: ignore[attr-defined]
+    return use_spmd
+
+
+def patches() -> list[tuple[Any, str, Any]]:
+    """The guarded `xr.use_spmd`, for `patches.install`."""
+    import torch_xla.runtime as xr
+
+    return [(xr, "use_spmd", _guarded(xr.use_spmd))]
+
+
+def guard() -> None:
+    """Guard `xr.use_spmd` in a process that does not emulate (the native backend's pytest
+    process); emulating processes get the guard with the other patches."""
+    import torch_xla.runtime as xr
+
+    if not hasattr(xr.use_spmd, "__wrapped__"):
+        xr.use_spmd = _guarded(xr.use_spmd)
+
+
+def start_world(topology: Topology | None, devices: int) -> int:
+    """Make this fresh process (no XLA runtime yet) an SPMD world of `devices` XLA devices.
+
+    Emulated (`topology` given): the CPU client gets `devices` devices, which carry the slice's
+    TPU identity (`queries.identity_patches`: names, coordinates, slice indices...). Natively
+    (`topology` None) the environment's own device is used as it is. Then SPMD goes on, for good.
+    Returns the runtime's device count."""
+    if topology is not None:
+        from . import activation, patches
+
+        os.environ["PJRT_DEVICE"] = "CPU"
+        os.environ["CPU_NUM_DEVICES"] = str(devices)
+        activation.enter_worker(topology, 0)
+        patches.install()
+    allow()
+    import torch_xla.runtime as xr
+
+    xr.use_spmd()
+    return xr.global_runtime_device_count()
