@@ -7,7 +7,7 @@ frames. In a multi-process topology (`--xla-processes`, `--xla-hosts`, `--xla-to
 live in the world's worker processes: the function and its arguments are pickled once
 (`remote.pack`), each rank runs `remote.run_job`, which imports the test module from its path
 in the worker, and renders its failure there (`remote.render_failure`); the XLA counters each
-worker process added come back on the outcomes.
+worker process added come back on the outcomes and join the session's counts.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from typing import Any
 
 from .. import activation
 from ..outcome import Collect, RankOutcome
-from . import metrics, remote
+from . import remote
+from .session_counts import SessionCounts
 
 
 class EmulatedExecutor:
@@ -26,6 +27,10 @@ class EmulatedExecutor:
 
     name = "emulated"
     sub_worlds = True
+
+    def __init__(self) -> None:
+        #: This process's counters hold the work of rank threads; worker processes report theirs.
+        self.counts = SessionCounts(this_process=True)
 
     @property
     def size(self) -> int:
@@ -67,7 +72,7 @@ class EmulatedExecutor:
             body, args, kwargs, size=size, timeout=timeout, pass_rank=False, collect=collect
         )
         if not topology.threaded:  # this process's own counters hold the threads' work
-            metrics.add_remote([o.metrics for o in outcomes])
+            self.counts.add_remote([o.metrics for o in outcomes])
         return outcomes
 
     def close(self) -> None:

@@ -7,6 +7,7 @@ from typing import Any, Protocol
 
 from ..outcome import RankOutcome
 from .remote import FailureStyle
+from .session_counts import SessionCounts
 
 
 class Executor(Protocol):
@@ -16,6 +17,8 @@ class Executor(Protocol):
     name: str
     #: Whether a run may use fewer ranks than the session has (`devices=N` below the size).
     sub_worlds: bool
+    #: The session's XLA counters, including what ranks in other processes reported.
+    counts: SessionCounts
 
     @property
     def size(self) -> int:

@@ -25,8 +25,7 @@ test, taken over the whole world:
 
 Ranks in other processes (multi-process topologies, the native backend's workers) count in
 their own process; each run's growth comes back with the ranks' replies and is added to what
-the fixture and marker see: compilations as the most any one process compiled in that run (a
-graph every process compiles counts once, as on a slice), fallbacks summed over the ranks.
+the fixture and marker see (the session's `SessionCounts`, held by its executor).
 """
 
 from __future__ import annotations
@@ -36,51 +35,30 @@ from collections.abc import Generator
 
 import pytest
 
-from ..counters import COMPILED_GRAPHS, FALLBACK_PREFIX, counts
+from ..counters import COMPILED_GRAPHS, FALLBACK_PREFIX
+from .backend_choice import executor
 from .outcomes import outcomes_key
 from .ranks import world_size
+from .session_counts import SessionCounts
 
 
 class XlaMetricsError(AssertionError):
     """A test compiled more graphs or fell back to the CPU more often than its bound allows."""
 
 
-#: What ranks in other processes added, summed over the session's runs (see the module notes).
-_remote: Counter[str] = Counter()
-#: Whether this process's own counters count: not on the native backend, whose pytest process
-#: must not start an XLA runtime (reading the counters would).
-count_this_process = True
-
-
-def add_remote(deltas: list[dict[str, int] | None]) -> None:
-    """Fold one run's per-process counter growth into the session's remote counts."""
-    present = [Counter(d) for d in deltas if d]
-    if not present:
-        return
-    _remote[COMPILED_GRAPHS] += max(d[COMPILED_GRAPHS] for d in present)
-    for delta in present:
-        _remote.update({k: v for k, v in delta.items() if k.startswith(FALLBACK_PREFIX)})
-
-
-def session_counts() -> Counter[str]:
-    """This process's counters (when they count) plus what remote ranks reported."""
-    total = counts() if count_this_process else Counter()
-    total.update(_remote)
-    return total
-
-
 class XlaMetrics:
     """Compilations and CPU fallbacks since the fixture was set up (or since `reset()`)."""
 
-    def __init__(self) -> None:
-        self._base = session_counts()
+    def __init__(self, counts: SessionCounts) -> None:
+        self._counts = counts
+        self._base = counts.totals()
 
     def reset(self) -> None:
         """Start counting from now (e.g. after a warm-up step that is expected to compile)."""
-        self._base = session_counts()
+        self._base = self._counts.totals()
 
     def _delta(self) -> Counter[str]:
-        now = session_counts()
+        now = self._counts.totals()
         now.subtract(self._base)
         return +now
 
@@ -133,9 +111,9 @@ def check_counts(
 
 
 @pytest.fixture
-def xla_metrics() -> XlaMetrics:
+def xla_metrics(request: pytest.FixtureRequest) -> XlaMetrics:
     """Counts XLA graph compilations and CPU fallbacks from here on; `check(...)` bounds them."""
-    return XlaMetrics()
+    return XlaMetrics(executor(request.config).counts)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -144,7 +122,7 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> Generator[None, object, o
     if marker is None:
         return (yield)
     per_rank = pyfuncitem.get_closest_marker("xla") is not None
-    probe = XlaMetrics()
+    probe = XlaMetrics(executor(pyfuncitem.config).counts)
     result = yield
     outcomes = pyfuncitem.stash.get(outcomes_key, [])
     try:

@@ -29,11 +29,12 @@ from typing import Any
 import pytest
 
 from ..errors import CollectiveTimeoutError, XlasimError
+from ..frames import PACKAGE_DIR
 from ..outcome import RankOutcome
-from . import metrics
 from .native_worker import STACK_SIGNAL, serve
 from .options import Settings
 from .remote import FailureStyle, pack
+from .session_counts import SessionCounts
 
 #: Bound on starting the workers (process start, torch_xla import, runtime start).
 START_TIMEOUT_S = 180.0
@@ -137,7 +138,7 @@ def _read(path: Path) -> str:
         dump = path.read_text()
     except OSError:
         return "(no stack: the process is gone)"
-    internal = (str(Path(__file__).resolve().parent.parent), os.path.dirname(os.__file__), "<")
+    internal = (PACKAGE_DIR, os.path.dirname(os.__file__), "<")
     serving = [block for block in dump.split("\n\n") if "in _run_job" in block]
     return "\n".join(
         line
@@ -162,7 +163,8 @@ class NativeExecutor:
                 f"{self._size} {self._platform} device(s) on this host"
             )
         self._workers: _Workers | None = None
-        metrics.count_this_process = False  # reading them would start XLA in this process
+        #: Only the workers' counters: reading this process's would start XLA in it.
+        self.counts = SessionCounts(this_process=False)
 
     @property
     def size(self) -> int:
@@ -204,7 +206,7 @@ class NativeExecutor:
         for conn in workers.conns.values():
             conn.send((size, list(sys.path), job))
         outcomes = self._collect(workers, size, timeout)
-        metrics.add_remote([o.metrics for o in outcomes])
+        self.counts.add_remote([o.metrics for o in outcomes])
         if tee:  # made in the workers: shown live only now
             for o in outcomes:
                 sys.stdout.write(o.stdout)
