@@ -23,9 +23,7 @@ worker processes of the core's world; the pytest process keeps the rendezvous an
 
 from __future__ import annotations
 
-import glob
 import os
-import pathlib
 import time
 from collections.abc import Callable, Generator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -34,13 +32,13 @@ import pytest
 
 from ..errors import RuntimeAlreadyStartedError, XlasimError
 from . import progress
+from .hardware import tpu_attached
 from .options import asked_by, resolve
 
 if TYPE_CHECKING:
     from .executor import Executor
     from .outcomes import RankOutcome
 
-_GOOGLE_PCI_VENDOR = "0x1ae0"
 #: The backend of an active session; absent while the plugin is dormant.
 backend_key = pytest.StashKey[str]()
 #: Set when the session woke the plugin up by collecting a test that needs XLA.
@@ -51,16 +49,6 @@ MARKERS = ("xla", "xla_timeout", "xla_metrics", "xla_min_devices")
 FIXTURES = ("xla_rank", "xla_world", "xla_metrics")
 
 
-def _tpu_attached() -> bool:
-    """A TPU chip on the PCI bus (torch_xla's own test, asked only if any Google device is there)."""
-    vendors = glob.glob("/sys/bus/pci/devices/*/vendor")
-    if not any(pathlib.Path(v).read_text().strip() == _GOOGLE_PCI_VENDOR for v in vendors):
-        return False
-    from torch_xla._internal import tpu
-
-    return tpu.num_available_chips() > 0
-
-
 def choose_backend(asked: str) -> str:
     """`auto` is native on a real accelerator (PJRT_DEVICE other than CPU, or a TPU attached)."""
     if asked != "auto":
@@ -68,7 +56,7 @@ def choose_backend(asked: str) -> str:
     platform = os.environ.get("PJRT_DEVICE", "")
     if platform:
         return "emulated" if platform.upper().startswith("CPU") else "native"
-    return "native" if _tpu_attached() else "emulated"
+    return "native" if tpu_attached() else "emulated"
 
 
 def is_xdist_controller(config: pytest.Config) -> bool:

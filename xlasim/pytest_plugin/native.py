@@ -31,6 +31,7 @@ import pytest
 from ..errors import CollectiveTimeoutError, XlasimError
 from ..frames import PACKAGE_DIR
 from ..outcome import RankOutcome
+from .hardware import local_devices, platform
 from .native_worker import STACK_SIGNAL, serve
 from .options import Settings
 from .remote import FailureStyle, pack
@@ -40,28 +41,6 @@ from .session_counts import SessionCounts
 START_TIMEOUT_S = 180.0
 #: How long workers get to write their stacks before they are killed.
 STACK_GRACE_S = 1.0
-
-
-def platform() -> str:
-    """The PJRT platform the workers will use; chosen here so torch_xla does not probe."""
-    from .backend_choice import _tpu_attached
-
-    if not os.environ.get("PJRT_DEVICE"):
-        os.environ["PJRT_DEVICE"] = "TPU" if _tpu_attached() else "CPU"
-    return os.environ["PJRT_DEVICE"]
-
-
-def local_devices(name: str) -> int:
-    """Devices on this host, counted without starting the XLA runtime."""
-    if name == "CPU":
-        return int(os.environ.get("CPU_NUM_DEVICES", "1"))
-    if name == "TPU":
-        from torch_xla._internal import tpu
-
-        return tpu.num_available_devices()
-    raise pytest.UsageError(
-        f"xlasim: the native backend supports PJRT_DEVICE=TPU or CPU, not {name}"
-    )
 
 
 class _Workers:
