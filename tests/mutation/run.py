@@ -86,7 +86,7 @@ class Outcome:
     def first_failure(self) -> str:
         """The first FAILED/ERROR line of pytest's summary, else the last line of output."""
         if self.returncode is None:
-            return f"timed out after {SUITE_TIMEOUT_S} s"
+            return f"timed out after {self.seconds:.0f} s"
         lines = [line.strip() for line in self.output.splitlines() if line.strip()]
         for line in lines:
             if line.startswith(("FAILED ", "ERROR ")):
@@ -146,11 +146,11 @@ def run(command: list[str], copy: Path, timeout: float) -> Outcome:
     return Outcome(returncode, time.monotonic() - start, output)
 
 
-def run_suite(copy: Path, targets: list[str], junit: Path | None = None) -> Outcome:
+def run_suite(copy: Path, targets: list[str], timeout: float, junit: Path | None = None) -> Outcome:
     command = [python(), "-m", "pytest", *PYTEST_OPTIONS, *targets]
     if junit is not None:
         command += ["--junitxml", str(junit)]
-    return run(command, copy, SUITE_TIMEOUT_S)
+    return run(command, copy, timeout)
 
 
 def check_isolation(copy: Path) -> None:
@@ -202,6 +202,13 @@ def main(argv: list[str] | None = None) -> int:
         metavar="PATH",
         help=f"test directories or files to run (default: {' '.join(SUITE)})",
     )
+    parser.add_argument(
+        "--suite-timeout",
+        type=float,
+        default=SUITE_TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"bound on one run of the suite (default {SUITE_TIMEOUT_S}; raise it on a loaded machine)",
+    )
     options = parser.parse_args(argv)
 
     if options.list:
@@ -231,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         check_isolation(base)
 
         junit = work / "baseline.xml"
-        baseline = run_suite(base, list(options.suite), junit)
+        baseline = run_suite(base, list(options.suite), options.suite_timeout, junit)
         if baseline.failed:
             print(baseline.output[-5000:])
             print(f"baseline fails without any mutant: {baseline.first_failure()}")
@@ -245,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         )
 
         for m in SANITY:
-            outcome = run_suite(fresh_copy(base, work, m), targets)
+            outcome = run_suite(fresh_copy(base, work, m), targets, options.suite_timeout)
             if not (outcome.failed and "sanity mutant" in outcome.output):
                 print(outcome.output[-3000:])
                 print(f"sanity mutant {m.name} was not seen: the copy is not what is tested")
@@ -256,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
         caught = 0
         for m in chosen:
             copy = fresh_copy(base, work, m)
-            outcome = run_suite(copy, targets)
+            outcome = run_suite(copy, targets, options.suite_timeout)
             caught += outcome.failed
             detail = outcome.first_failure() if outcome.failed else m.why
             report("caught" if outcome.failed else "SURVIVED", outcome, m.name, detail)
