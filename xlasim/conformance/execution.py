@@ -75,20 +75,13 @@ def execute(job: Job, slice: Slice, timeout: float, workdir: Path) -> Outcome:
     for stale in (report, junit, progress):
         stale.unlink(missing_ok=True)
     started = time.monotonic()
-    with open(log, "wb") as out:
-        child = subprocess.Popen(
-            command(job, slice, junit),
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            cwd=workdir,
-            env=environment(job, timeout, report, progress),
-            start_new_session=True,
-        )
-        exited = _wait_unreaped(child, timeout)
-        with contextlib.suppress(ProcessLookupError):  # the whole group is gone
-            os.killpg(child.pid, signal.SIGKILL)
-        status = child.wait() if exited else None
+    status = run_bounded(
+        command(job, slice, junit),
+        cwd=workdir,
+        env=environment(job, timeout, report, progress),
+        log=log,
+        timeout=timeout,
+    )
     return Outcome(
         status=status,
         seconds=time.monotonic() - started,
@@ -167,6 +160,28 @@ def environment(job: Job, timeout: float, report: Path, progress: Path) -> dict[
     else:
         env["XLASIM_RUN_REPORT"] = str(report)
     return env
+
+
+def run_bounded(
+    command: list[str], *, cwd: Path, env: dict[str, str], log: Path, timeout: float
+) -> int | None:
+    """Run `command` in a session of its own with its output in `log`; its exit status, or
+    None when it ran past `timeout` seconds. Its whole process group is killed at the end
+    either way: what a test started (workers, servers) must not outlive the run."""
+    with open(log, "wb") as out:
+        child = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=cwd,
+            env=env,
+            start_new_session=True,
+        )
+        exited = _wait_unreaped(child, timeout)
+        with contextlib.suppress(ProcessLookupError):  # the whole group is gone
+            os.killpg(child.pid, signal.SIGKILL)
+        return child.wait() if exited else None
 
 
 def _wait_unreaped(child: subprocess.Popen, timeout: float) -> bool:

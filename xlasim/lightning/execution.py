@@ -11,18 +11,15 @@ leaves one running. Lightning's own selection does the rest: `PL_RUN_TPU_TESTS=1
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
-import signal
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..conformance.execution import _FOREIGN_ENV, Outcome, _wait_unreaped, probed_pytest_options
+from ..conformance.execution import _FOREIGN_ENV, Outcome, probed_pytest_options, run_bounded
 from ..conformance.pytest_probe import PROGRESS_ENV
 
 #: Lightning's switches (tests/tests_pytorch/conftest.py, tests/tests_fabric/conftest.py).
@@ -70,20 +67,13 @@ def execute(run: Run, slice: Slice, timeout: float, workdir: Path) -> Outcome:
     for stale in (junit, progress, workdir / RECORD):
         stale.unlink(missing_ok=True)
     started = time.monotonic()
-    with open(log, "wb") as out:
-        child = subprocess.Popen(
-            command(run, slice, junit),
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            cwd=run.tests,
-            env=environment(run, timeout, progress),
-            start_new_session=True,
-        )
-        exited = _wait_unreaped(child, timeout)
-        with contextlib.suppress(ProcessLookupError):  # the whole group is gone
-            os.killpg(child.pid, signal.SIGKILL)
-        status = child.wait() if exited else None
+    status = run_bounded(
+        command(run, slice, junit),
+        cwd=run.tests,
+        env=environment(run, timeout, progress),
+        log=log,
+        timeout=timeout,
+    )
     seconds = time.monotonic() - started
     record = {"run": dataclasses.asdict(run), "status": status, "seconds": seconds}
     (workdir / RECORD).write_text(json.dumps({**record, "timeout": timeout}, default=str))
