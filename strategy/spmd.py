@@ -19,10 +19,11 @@ mesh the loading strategy has, so a checkpoint moves between mesh shapes.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,8 @@ import torch_xla.distributed.spmd as xs
 import torch_xla.runtime as xr
 from torch.distributed.checkpoint._nested_dict import flatten_state_dict, unflatten_state_dict
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+from torch.distributed.checkpoint.planner import SavePlan
+from torch.utils._pytree import tree_map
 from torch_xla.distributed.parallel_loader import MpDeviceLoader
 from torch_xla.experimental.distributed_checkpoint import (
     SPMDLoadPlanner,
@@ -63,9 +66,15 @@ def batch_spec(tensor: torch.Tensor) -> tuple[str | None, ...]:
 
 
 class BatchSharding:
-    """An `input_sharding` for `MpDeviceLoader` that splits every batch tensor of rank >= 1
-    along its first dimension over the mesh's "fsdp" axis, whatever its rank (torch_xla's
-    `ShardingSpec` has one fixed rank and leaves tensors of any other rank replicated)."""
+    """An `input_sharding` for `MpDeviceLoader` that uploads every batch tensor of rank >= 2
+    already split along its first dimension over the mesh's "fsdp" axis (torch_xla's
+    `ShardingSpec` has one fixed rank and leaves tensors of any other rank replicated).
+
+    Rank-1 tensors (labels) are uploaded whole and split by `ShardedDeviceLoader` once on the
+    device: torch_xla 2.9.0 fails to upload a rank-1 tensor with a sharding over a 2-D mesh
+    ("IndexError: too many indices for tensor of dimension 1" in `_xla_tensors_from_aten`),
+    while `mark_sharding` on the uploaded tensor gives the same layout.
+    """
 
     minibatch = False  # read by torch_xla's loader: the batch is global, not per host
 
@@ -73,9 +82,51 @@ class BatchSharding:
         self.mesh = mesh
 
     def xla_spec(self, tensor: torch.Tensor) -> Any:
-        if tensor.dim() == 0:
+        if tensor.dim() < 2:
             return None
         return xs.ShardingSpec(self.mesh, batch_spec(tensor)).xla_spec(tensor)
+
+
+class ShardedDeviceLoader(MpDeviceLoader):
+    """`MpDeviceLoader` whose batches are split along their first dimension over "fsdp": at
+    upload (`BatchSharding`), and rank-1 tensors right after it."""
+
+    def __init__(self, loader: Any, device: torch.device, mesh: xs.Mesh):
+        super().__init__(loader, device, input_sharding=BatchSharding(mesh))
+        self.mesh = mesh
+        self.dataset = getattr(loader, "dataset", None)
+        self.batch_sampler = getattr(loader, "batch_sampler", None)
+
+    def __iter__(self) -> Iterator[Any]:
+        for batch in super().__iter__():
+            yield tree_map(self._split_vector, batch)
+
+    def _split_vector(self, value: Any) -> Any:
+        if isinstance(value, torch.Tensor) and value.dim() == 1:
+            xs.mark_sharding(value, self.mesh, batch_spec(value))
+        return value
+
+
+class ReplicaZeroSavePlanner(SPMDSavePlanner):
+    """torch_xla's `SPMDSavePlanner`, writing each shard once.
+
+    A tensor sharded along "fsdp" only is replicated along "model": with a model axis of size
+    > 1, every piece of it lives on several devices. `SPMDSavePlanner` plans a write for every
+    copy, and torch's global save plan (torch 2.9.0 with torch_xla 2.9.0) then drops every item
+    of that tensor: the checkpoint silently holds none of its values (found by
+    `test_a_sharded_checkpoint_restores_on_the_same_mesh_and_on_another`). This planner plans
+    only replica 0 of each piece.
+    """
+
+    def create_local_plan(self) -> SavePlan:
+        plan = super().create_local_plan()
+        copies = set()
+        for fqn, value in self.sharded_state_dict.items():
+            if isinstance(value, xs.XLAShardedTensor):
+                shards = torch_xla._XLAC._get_local_shard_replica_and_indices([value.global_tensor])
+                copies |= {(fqn, i) for i, (replica, _) in enumerate(shards[0]) if replica != 0}
+        items = [item for item in plan.items if (item.index.fqn, item.index.index) not in copies]
+        return dataclasses.replace(plan, items=items)
 
 
 def _shard_output(output: Any, mesh: xs.Mesh) -> None:
@@ -159,12 +210,7 @@ class SPMDStrategy(XLAStrategy):
         dimension over the mesh's "fsdp" axis (once; idempotent)."""
         if isinstance(dataloader, MpDeviceLoader):
             return dataloader
-        wrapped = MpDeviceLoader(
-            dataloader, self.root_device, input_sharding=BatchSharding(self.mesh)
-        )
-        wrapped.dataset = getattr(dataloader, "dataset", None)
-        wrapped.batch_sampler = getattr(dataloader, "batch_sampler", None)
-        return wrapped
+        return ShardedDeviceLoader(dataloader, self.root_device, self.mesh)
 
     def optimizer_step(
         self, optimizer: torch.optim.Optimizer, gradient_clip_val: float | None = None
@@ -182,7 +228,7 @@ class SPMDStrategy(XLAStrategy):
         self, checkpoint: dict[str, Any], filepath: str | Path, storage_options: Any = None
     ) -> None:
         """Write `checkpoint` as a `torch.distributed.checkpoint` directory at `filepath`
-        (sharded tensors shard by shard, with `SPMDSavePlanner`), into a temporary sibling
+        (sharded tensors shard by shard, with `ReplicaZeroSavePlanner`), into a temporary sibling
         directory first, renamed into place once complete."""
         check_storage_options(storage_options)
         if not isinstance(checkpoint, dict):
@@ -196,7 +242,7 @@ class SPMDStrategy(XLAStrategy):
             dist_cp.save(
                 state_dict=checkpoint,
                 storage_writer=dist_cp.FileSystemWriter(str(partial)),
-                planner=SPMDSavePlanner(),
+                planner=ReplicaZeroSavePlanner(),
                 no_dist=_one_process(),
             )
             if target.exists():
@@ -217,6 +263,8 @@ class SPMDStrategy(XLAStrategy):
         `XLAStrategy` API; non-tensor entries are unpickled by `torch.distributed.checkpoint`.
         """
         del weights_only
+        torch_xla.sync()
+        xm.wait_device_ops()  # the planner writes into live tensors: nothing may be in flight
         reader = dist_cp.FileSystemReader(str(filepath))
         try:
             metadata = reader.read_metadata()
