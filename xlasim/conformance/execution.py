@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .discovery import PYTEST, Job
+from .discovery import PYTEST, TORCHRUN, Job
 from .pytest_probe import PROGRESS_ENV
 
 #: Variables of the caller that would pick another platform or slice than the one asked for.
@@ -121,6 +121,7 @@ def command(job: Job, slice: Slice, junit: Path) -> list[str]:
         "--devices",
         str(slice.devices),
         *([] if slice.processes is None else ["--processes", str(slice.processes)]),
+        *(["--torchrun"] if job.mode == TORCHRUN else []),
         str(job.path),
         *job.args,
     ]
@@ -155,7 +156,9 @@ def environment(job: Job, timeout: float, report: Path, progress: Path) -> dict[
     if job.mode == PYTEST:
         # Run as scripts, torch_xla's tests find their helpers (args_parse, distributed_util)
         # through sys.argv[0]; under pytest that is pytest's path, so put test/ on the path.
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(job.root), env.get("PYTHONPATH")]))
+        # The file's own folder too, as for a script: test/spmd's files import their siblings.
+        paths = [str(job.root), str(job.path.parent), env.get("PYTHONPATH")]
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
         env[PROGRESS_ENV] = str(progress)
     else:
         env["XLASIM_RUN_REPORT"] = str(report)

@@ -14,6 +14,7 @@ pytest_plugins = [
     "xlasim.pytest_plugin.fixtures",
     "xlasim.pytest_plugin.ranks",
     "xlasim.pytest_plugin.spmd",
+    "xlasim.pytest_plugin.spmd_files",
     "xlasim.pytest_plugin.hypothesis_profiles",
     "xlasim.pytest_plugin.reporting",
     "xlasim.pytest_plugin.metrics",

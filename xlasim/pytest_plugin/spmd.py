@@ -187,14 +187,20 @@ def call_spmd_test(fn: Callable[..., Any], kwargs: dict[str, Any]) -> None:
     fn(**kwargs)
 
 
+def spmd_world_of(config: pytest.Config) -> tuple[int, Topology | None]:
+    """The session's SPMD world: every device of the slice, and the emulated slice whose
+    identity they carry (None natively)."""
+    if config.stash[backend_key] == "emulated":
+        from .. import activation
+
+        topology = activation.topology()
+        return topology.devices, topology
+    return executor(config).size, None
+
+
 def _workers(config: pytest.Config) -> SpmdWorkers:
     if _workers_key not in config.stash:
-        topology = None
-        if config.stash[backend_key] == "emulated":
-            from .. import activation
-
-            topology = activation.topology()
-        config.stash[_workers_key] = SpmdWorkers(topology)
+        config.stash[_workers_key] = SpmdWorkers(spmd_world_of(config)[1])
         config.add_cleanup(config.stash[_workers_key].close)
     return config.stash[_workers_key]
 
