@@ -1,5 +1,7 @@
-"""Settings errors name where the bad value came from: the command line, the environment or
-the ini file (a user who set XLASIM_DEVICES=abc must not be told about --xla-devices)."""
+"""Settings: the slice and backend chosen from the command line, the environment and the ini
+file, in that order of precedence, and errors that name where the bad value came from (a user
+who set XLASIM_DEVICES=abc must not be told about --xla-devices). `inner_environment`
+(conftest.py) clears the outer session's XLASIM_* choices."""
 
 import argparse
 import re
@@ -7,15 +9,6 @@ import re
 import pytest
 
 from xlasim.pytest_plugin.options import resolve
-
-ENVIRONMENT = (
-    "XLASIM_DEVICES",
-    "XLASIM_PROCESSES",
-    "XLASIM_HOSTS",
-    "XLASIM_TOPOLOGY",
-    "XLASIM_BACKEND",
-    "XLASIM_TEST_TIMEOUT",
-)
 
 
 class FakeConfig:
@@ -30,13 +23,6 @@ class FakeConfig:
 
     def getini(self, name):
         return self._ini.get(name)
-
-
-@pytest.fixture
-def environment(monkeypatch):
-    for name in ENVIRONMENT:
-        monkeypatch.delenv(name, raising=False)
-    return monkeypatch
 
 
 def problem(ini=None, **command_line) -> str:
@@ -58,15 +44,15 @@ def problem(ini=None, **command_line) -> str:
     ],
 )
 def test_environment_values_are_blamed_on_the_environment(
-    environment, variable, value, blamed, what
+    inner_environment, variable, value, blamed, what
 ) -> None:
-    environment.setenv(variable, value)
+    inner_environment.setenv(variable, value)
     message = problem()
     assert blamed in message and what in message, message
     assert "--xla" not in message, message
 
 
-def test_each_source_is_named(environment) -> None:
+def test_each_source_is_named(inner_environment) -> None:
     message = problem(xla_devices=0)
     assert "--xla-devices must be at least 1, got 0" in message
     message = problem(ini={"xla_devices": "eight"})
@@ -74,16 +60,70 @@ def test_each_source_is_named(environment) -> None:
     message = problem(ini={"xla_timeout": "0"})
     assert "ini xla_timeout must be positive" in message, message
     # A slice that does not split names every value it was made of, each by its source.
-    environment.setenv("XLASIM_PROCESSES", "3")
+    inner_environment.setenv("XLASIM_PROCESSES", "3")
     message = problem(xla_devices=8)
     assert re.search(r"cannot be split evenly over 3 processes.*--xla-devices=8", message)
     assert "XLASIM_PROCESSES=3" in message, message
 
 
-def test_environment_error_end_to_end(pytester, environment) -> None:
+def test_environment_error_end_to_end(pytester, inner_environment) -> None:
     pytester.makepyfile(test_nothing="def test_nothing(): pass")
-    environment.setenv("XLASIM_DEVICES", "abc")
+    inner_environment.setenv("XLASIM_DEVICES", "abc")
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     result.stderr.fnmatch_lines(["*xlasim: XLASIM_DEVICES='abc' is not a whole number*"])
     assert "--xla-devices" not in result.stderr.str()
+    assert result.ret == 4  # pytest's usage-error exit code
+
+
+def test_topology_settings_and_their_precedence(inner_environment) -> None:
+    def slice_of(ini=None, **command_line):
+        settings = resolve(FakeConfig(ini, **command_line))
+        return settings.describe_slice(), settings.topology_on_command_line
+
+    assert slice_of() == ("1 host x 8 processes x 1 core = 8 cores", False)  # one per chip
+    assert slice_of(xla_processes=1)[0] == "1 host x 1 process x 8 cores = 8 cores"
+    assert slice_of(xla_devices=8, xla_processes=8, xla_hosts=2)[0] == (
+        "2 hosts x 4 processes x 1 core = 8 cores"
+    )
+    assert slice_of(ini={"xla_topology": "v3-8"}) == (
+        "v3-8: 1 host x 4 processes x 2 cores = 8 cores",
+        False,
+    )
+    # The environment beats the ini file; the command line beats both, a name or counts whole.
+    inner_environment.setenv("XLASIM_PROCESSES", "2")
+    assert slice_of(ini={"xla_processes": "4"})[0] == "1 host x 2 processes x 4 cores = 8 cores"
+    assert slice_of(xla_topology="v4-8") == ("v4-8: 1 host x 4 processes x 1 core = 4 cores", True)
+    inner_environment.setenv("XLASIM_TOPOLOGY", "v4-16")
+    assert slice_of(xla_devices=4)[0] == "1 host x 2 processes x 2 cores = 4 cores"
+    inner_environment.delenv("XLASIM_PROCESSES")
+    inner_environment.setenv("XLASIM_TOPOLOGY", "v4-16")
+    assert (
+        slice_of(ini={"xla_devices": "4"})[0] == "v4-16: 2 hosts x 4 processes x 1 core = 8 cores"
+    )
+    # A name and counts at the same level must agree; slices must split; names must exist.
+    problems = {
+        "topology 'v4-8' is 1 host x 4 processes x 1 core = 4 cores, but --xla-devices": {
+            "xla_topology": "v4-8",
+            "xla_devices": 8,
+        },
+        "8 cores cannot be split evenly over 3 processes": {"xla_devices": 8, "xla_processes": 3},
+        "4 processes cannot be split evenly over 3 hosts": {"xla_processes": 4, "xla_hosts": 3},
+        "unknown topology 'v9-9'; known: cpu-8, v2-8": {"xla_topology": "v9-9"},
+        "--xla-hosts must be at least 1, got 0": {"xla_hosts": 0},
+    }
+    inner_environment.delenv("XLASIM_TOPOLOGY")
+    for message, command_line in problems.items():
+        with pytest.raises(pytest.UsageError, match=re.escape(message)):
+            resolve(FakeConfig(**command_line))
+
+
+def test_topology_options_end_to_end(pytester, inner_environment) -> None:
+    pytester.makepyfile(test_nothing="def test_nothing(): pass")
+    # A named preset in the header; a session that only collects starts no worker process.
+    result = pytester.runpytest_subprocess("--xla-topology=v4-8", "--collect-only")
+    result.stdout.fnmatch_lines(
+        ["xlasim: backend emulated, 4 XLA devices (v4-8: 1 host x 4 processes x 1 core = 4 cores)*"]
+    )
+    result = pytester.runpytest_subprocess("--xla-backend=native", "--xla-processes=2")
+    result.stderr.fnmatch_lines(["*the native backend runs the slice it finds*"])
     assert result.ret == 4  # pytest's usage-error exit code

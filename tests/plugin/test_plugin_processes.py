@@ -5,11 +5,6 @@ test bodies and `xla_world.run` functions are pickled to the workers, which impo
 module from its path; the report must read as in the threaded world.
 """
 
-import argparse
-import re
-
-import pytest
-
 
 def test_multi_process_session(run_inner) -> None:
     result, got = run_inner(
@@ -148,80 +143,3 @@ def test_importlib_mode_and_nested_directories(run_inner, pytester) -> None:
             "sub/deeper/test_nested.py:*: AssertionError",
         ]
     )
-
-
-class _Config:
-    """What `options.resolve` reads from a pytest config: parsed options and ini values."""
-
-    def __init__(self, ini: dict | None = None, **command_line):
-        names = ("xla_devices", "xla_processes", "xla_hosts", "xla_topology")
-        values = {name: None for name in (*names, "xla_backend", "xla_timeout")}
-        self.known_args_namespace = argparse.Namespace(**{**values, **command_line})
-        self._ini = ini or {}
-        self.stash = pytest.Stash()
-
-    def getini(self, name):
-        return self._ini.get(name)
-
-
-@pytest.fixture
-def clean_environment(monkeypatch):
-    for name in ("XLASIM_DEVICES", "XLASIM_PROCESSES", "XLASIM_HOSTS", "XLASIM_TOPOLOGY"):
-        monkeypatch.delenv(name, raising=False)
-    return monkeypatch
-
-
-def test_topology_settings_and_their_precedence(clean_environment) -> None:
-    from xlasim.pytest_plugin.options import resolve
-
-    def slice_of(ini=None, **command_line):
-        settings = resolve(_Config(ini, **command_line))
-        return settings.describe_slice(), settings.topology_on_command_line
-
-    assert slice_of() == ("1 host x 8 processes x 1 core = 8 cores", False)  # one per chip
-    assert slice_of(xla_processes=1)[0] == "1 host x 1 process x 8 cores = 8 cores"
-    assert slice_of(xla_devices=8, xla_processes=8, xla_hosts=2)[0] == (
-        "2 hosts x 4 processes x 1 core = 8 cores"
-    )
-    assert slice_of(ini={"xla_topology": "v3-8"}) == (
-        "v3-8: 1 host x 4 processes x 2 cores = 8 cores",
-        False,
-    )
-    # The environment beats the ini file; the command line beats both, a name or counts whole.
-    clean_environment.setenv("XLASIM_PROCESSES", "2")
-    assert slice_of(ini={"xla_processes": "4"})[0] == "1 host x 2 processes x 4 cores = 8 cores"
-    assert slice_of(xla_topology="v4-8") == ("v4-8: 1 host x 4 processes x 1 core = 4 cores", True)
-    clean_environment.setenv("XLASIM_TOPOLOGY", "v4-16")
-    assert slice_of(xla_devices=4)[0] == "1 host x 2 processes x 2 cores = 4 cores"
-    clean_environment.delenv("XLASIM_PROCESSES")
-    clean_environment.setenv("XLASIM_TOPOLOGY", "v4-16")
-    assert (
-        slice_of(ini={"xla_devices": "4"})[0] == "v4-16: 2 hosts x 4 processes x 1 core = 8 cores"
-    )
-    # A name and counts at the same level must agree; slices must split; names must exist.
-    problems = {
-        "topology 'v4-8' is 1 host x 4 processes x 1 core = 4 cores, but --xla-devices": {
-            "xla_topology": "v4-8",
-            "xla_devices": 8,
-        },
-        "8 cores cannot be split evenly over 3 processes": {"xla_devices": 8, "xla_processes": 3},
-        "4 processes cannot be split evenly over 3 hosts": {"xla_processes": 4, "xla_hosts": 3},
-        "unknown topology 'v9-9'; known: cpu-8, v2-8": {"xla_topology": "v9-9"},
-        "--xla-hosts must be at least 1, got 0": {"xla_hosts": 0},
-    }
-    clean_environment.delenv("XLASIM_TOPOLOGY")
-    for message, command_line in problems.items():
-        with pytest.raises(pytest.UsageError, match=re.escape(message)):
-            resolve(_Config(**command_line))
-
-
-def test_topology_options_end_to_end(pytester, clean_environment) -> None:
-    pytester.makepyfile(test_nothing="def test_nothing(): pass")
-    # A named preset in the header; a session that only collects starts no worker process.
-    result = pytester.runpytest_subprocess("--xla-topology=v4-8", "--collect-only")
-    result.stdout.fnmatch_lines(
-        ["xlasim: backend emulated, 4 XLA devices (v4-8: 1 host x 4 processes x 1 core = 4 cores)*"]
-    )
-    result = pytester.runpytest_subprocess("--xla-backend=native", "--xla-processes=2")
-    result.stderr.fnmatch_lines(["*the native backend runs the slice it finds*"])
-    assert result.ret == 4  # pytest's usage-error exit code
