@@ -338,3 +338,65 @@ MUTANTS = (
         'checkpoint["global_step"], checkpoint["epoch"], 0',
     ),
 )
+
+#: The strategy's FSDPv2 (SPMD) mode (issue 17), caught by tests/properties/test_spmd_properties.py.
+SPMD_MUTANTS = (
+    mutant(
+        "spmd-batch-on-model-axis",
+        "batches are split along the mesh's model axis instead of fsdp (wrong mesh axis)",
+        "strategy/spmd.py",
+        "    return (MESH_AXES[0],) + (None,) * (tensor.dim() - 1)",
+        "    return (MESH_AXES[1],) + (None,) * (tensor.dim() - 1)",
+    ),
+    mutant(
+        "spmd-batch-split-along-last-dim",
+        "batches are split along their last dimension (wrong partition spec)",
+        "strategy/spmd.py",
+        "    return (MESH_AXES[0],) + (None,) * (tensor.dim() - 1)",
+        "    return (None,) * (tensor.dim() - 1) + (MESH_AXES[0],)",
+    ),
+    mutant(
+        "spmd-mesh-axes-swapped",
+        "the mesh names its axes (model, fsdp): FSDPv2 shards along the axis meant for the model",
+        "strategy/spmd.py",
+        'MESH_AXES = ("fsdp", "model")',
+        'MESH_AXES = ("model", "fsdp")',
+    ),
+    mutant(
+        "spmd-mesh-devices-reversed",
+        "the mesh lists the devices backwards: every piece lands on another device",
+        "strategy/spmd.py",
+        "    return xs.Mesh(np.arange(count), shape, MESH_AXES)",
+        "    return xs.Mesh(np.arange(count)[::-1], shape, MESH_AXES)",
+    ),
+    mutant(
+        "spmd-gradient-clip-ignored",
+        "the SPMD optimizer step ignores gradient_clip_val",
+        "strategy/spmd.py",
+        "        if gradient_clip_val is not None:",
+        "        if False:",
+    ),
+    mutant(
+        "spmd-save-every-replica",
+        "checkpoints use torch_xla's SPMDSavePlanner as is: tensors replicated along the model "
+        "axis are dropped from the checkpoint",
+        "strategy/spmd.py",
+        "                planner=ReplicaZeroSavePlanner(),",
+        "                planner=SPMDSavePlanner(),",
+    ),
+    mutant(
+        "spmd-load-with-default-planner",
+        "checkpoints load with torch's default planner instead of SPMDLoadPlanner",
+        "strategy/spmd.py",
+        "            planner=SPMDLoadPlanner(),",
+        "            planner=dist_cp.DefaultLoadPlanner(),",
+    ),
+    mutant(
+        "spmd-optimizer-state-keys-as-strings",
+        "loading keeps the checkpoint's string keys: the optimizer's state lands under '0', not 0",
+        "strategy/spmd.py",
+        "        return _keys_like(unflatten_state_dict(template, metadata.planner_data), nested_live)",
+        "        return unflatten_state_dict(template, metadata.planner_data)",
+    ),
+)
+MUTANTS = MUTANTS + SPMD_MUTANTS
