@@ -75,10 +75,27 @@ class Identity:
         return max(1, self.chips // self.topology.hosts)
 
     @property
+    def slices(self) -> int:
+        return self.topology.slices
+
+    @property
+    def chips_per_slice(self) -> int:
+        return max(1, self.chips // self.slices)
+
+    @property
+    def hosts_per_slice(self) -> int:
+        return self.topology.hosts // self.slices
+
+    @property
+    def devices_per_slice(self) -> int:
+        return self.topology.devices // self.slices
+
+    @property
     def accelerator_type(self) -> str:
-        """`v4-8`, `v5litepod-8`, ...: what `TPU_ACCELERATOR_TYPE` says on that slice."""
+        """`v4-8`, `v5litepod-8`, ...: what `TPU_ACCELERATOR_TYPE` says on that slice (on a
+        multislice, each slice's own type)."""
         generation = self.generation
-        return f"{generation.type_prefix}-{self.chips * generation.named_per_chip}"
+        return f"{generation.type_prefix}-{self.chips_per_slice * generation.named_per_chip}"
 
     @property
     def chips_per_host_bounds(self) -> tuple[int, int, int]:
@@ -86,7 +103,8 @@ class Identity:
 
     @property
     def host_bounds(self) -> tuple[int, int, int]:
-        hosts = self.topology.hosts
+        """How one slice's hosts tile it."""
+        hosts = self.hosts_per_slice
         if self.generation.version <= 3 and hosts in _V2_V3_HOST_BOUNDS:
             return _V2_V3_HOST_BOUNDS[hosts]
         if self.generation.type_prefix in ("v4", "v5p"):
@@ -103,7 +121,7 @@ class Identity:
             "ACCELERATOR_TYPE": self.accelerator_type,
             "TPU_PROCESS_BOUNDS": _bounds(self.host_bounds),
             "TPU_CHIPS_PER_PROCESS_BOUNDS": _bounds(self.chips_per_host_bounds),
-            "WORKER_ID": str(host),
+            "WORKER_ID": str(host % self.hosts_per_slice),  # numbered within its slice
         }
 
     # ------------------------------------------------------------------ devices
@@ -113,15 +131,25 @@ class Identity:
 
     def device_attributes(self, ordinal: int) -> dict[str, object]:
         """`xr.runtime_device_attributes` of global device `ordinal`: its chip's coordinates in
-        the slice (hosts tiled by the host bounds, x fastest) and its core on the chip."""
-        chip, core = divmod(ordinal, self.generation.cores_per_chip)
+        its slice (hosts tiled by the host bounds, x fastest) and its core on the chip; on a
+        multislice, also the slice it belongs to (devices numbered slice after slice) and how
+        many there are, as the TPU runtime adds them for `xs.HybridMesh`."""
+        slice_index, in_slice = divmod(ordinal, self.devices_per_slice)
+        chip, core = divmod(in_slice, self.generation.cores_per_chip)
         host, local_chip = divmod(chip, self.chips_per_host)
         cx, cy, cz = self.chips_per_host_bounds
         hx, hy, _ = self.host_bounds
         local = (local_chip % cx, (local_chip // cx) % cy, local_chip // (cx * cy))
         origin = (host % hx, (host // hx) % hy, host // (hx * hy))
         coords = [o * c + lc for o, c, lc in zip(origin, (cx, cy, cz), local)]
-        return {"coords": coords, "core_on_chip": core, "name": self.device_name(ordinal)}
+        attributes: dict[str, object] = {
+            "coords": coords,
+            "core_on_chip": core,
+            "name": self.device_name(ordinal),
+        }
+        if self.slices > 1:
+            attributes.update(slice_index=slice_index, num_slices=self.slices)
+        return attributes
 
     def memory_info(self, bytes_used: int) -> dict[str, int]:
         """`xm.get_memory_info`: the generation's HBM per device as the limit."""

@@ -31,6 +31,9 @@ class Topology:
     processes: int | None = None
     hosts: int = 1
     generation: str = DEFAULT_GENERATION
+    #: Slices joined over the data-center network (multislice): each holds devices/slices
+    #: cores on hosts/slices hosts, and TPU device attributes carry a `slice_index`.
+    slices: int = 1
 
     def __post_init__(self) -> None:
         from .identity import GENERATIONS
@@ -51,6 +54,10 @@ class Topology:
         if self.processes % self.hosts:
             raise DeviceCountError(
                 f"{self.processes} processes cannot be split evenly over {self.hosts} hosts"
+            )
+        if self.slices < 1 or self.hosts % self.slices:
+            raise DeviceCountError(
+                f"{self.hosts} hosts cannot be split evenly over {self.slices} slices"
             )
 
     @property
@@ -88,10 +95,11 @@ class Topology:
         def count(n: int, noun: str) -> str:
             return f"{n} {noun}{'es' if noun.endswith('s') and n > 1 else 's' if n > 1 else ''}"
 
-        return (
+        described = (
             f"{count(self.hosts, 'host')} x {count(self.processes_per_host, 'process')} x "
             f"{count(self.cores_per_process, 'core')} = {self.devices} cores"
         )
+        return described if self.slices == 1 else f"{described}, in {self.slices} slices"
 
 
 #: Common slices, by the names Cloud TPU uses. Cores are TensorCores as torch_xla counts devices.
@@ -103,6 +111,10 @@ PRESETS: dict[str, tuple[Topology, str]] = {
     "v4-16": (Topology(8, 8, 2, "v4"), "two v4 hosts: 8 chips, one process per chip"),
     "v5e-8": (Topology(8, 8, generation="v5e"), "TPU v5e host: 8 chips, one process per chip"),
     "v3-32": (Topology(32, 16, 4, "v3"), "four v3 hosts: 4 processes x 2 cores each"),
+    "2xv5e-8": (
+        Topology(16, 16, 2, "v5e", slices=2),
+        "multislice: two v5e-8 slices (one host of 8 chips each) joined over DCN",
+    ),
 }
 
 
