@@ -195,9 +195,13 @@ def trained(shape: tuple[int, int], sizes, seed: int) -> SPMDStrategy:
 
 
 def host_state(strategy: SPMDStrategy) -> dict[str, torch.Tensor]:
-    model, optimizer = strategy.model.state_dict(), strategy.optimizers[0].state_dict()
-    momentum = {f"momentum {k}": v["momentum_buffer"] for k, v in optimizer["state"].items()}
-    return {k: v.detach().cpu() for k, v in {**model, **momentum}.items()}
+    """Parameters and their momentum, on the host. Momentum is looked up by parameter, as the
+    optimizer's next step will: state restored under another key would be lost to it."""
+    model, optimizer = strategy.model, strategy.optimizers[0]
+    state = dict(model.state_dict())
+    for name, param in model.named_parameters():
+        state[f"momentum of {name}"] = optimizer.state[param]["momentum_buffer"]
+    return {k: v.detach().cpu() for k, v in state.items()}
 
 
 @spmd
