@@ -3,6 +3,7 @@
 `xlasim run [--devices N] [--processes P] [--hosts H | --topology NAME] script.py [args...]` runs
 an unmodified torch_xla script emulated: the script runs as `__main__` in this process after
 emulation is set up, so its `xmp.spawn` / `torch_xla.launch` calls land on the emulated world.
+With `--torchrun` the script runs as `torchrun` runs it, on every rank (xlasim/torchrun.py).
 With `XLASIM_RUN_REPORT=PATH` set, it writes at exit what the run did (launches, collectives by
 op, exit status) as JSON: a script that exits 0 without launching anything is told apart from one
 that passed. `xlasim conformance PATH/TO/xla/test` runs torch_xla's own multi-device tests
@@ -51,6 +52,12 @@ def _parser() -> argparse.ArgumentParser:
         help="seconds a collective may wait for a missing rank (default 60)",
     )
     run.add_argument(
+        "--torchrun",
+        action="store_true",
+        help="run the script as torchrun would: as __main__ on every rank, each with torchrun's "
+        "environment (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT, TORCHELASTIC_*)",
+    )
+    run.add_argument(
         "-m",
         dest="module",
         action="store_true",
@@ -78,22 +85,34 @@ def list_topologies() -> str:
     return "\n".join(f"{n:<{widths[0]}}  {d:<{widths[1]}}  {note}" for n, d, note in rows)
 
 
-def run_target(options: argparse.Namespace) -> None:
+def run_target(options: argparse.Namespace) -> int:
+    """Emulate the slice and run the target: once as `__main__` here (its launches land on the
+    world), or with `--torchrun` on every rank (see xlasim/torchrun.py); the exit status."""
     from .activation import emulate
 
-    emulate(
+    slice = emulate(
         devices=options.devices,
         processes=options.processes,
         hosts=options.hosts,
         topology=options.topology,
     )
     target, args = options.target, options.args
+    if options.torchrun:
+        from . import torchrun
+
+        refused = torchrun.unsupported(slice)
+        if refused:
+            print(f"xlasim: {refused}", file=sys.stderr)
+            return 2
+        torchrun.launch(target, args, options.module)
+        return 0
     sys.argv = [target, *args]
     if options.module:
         runpy.run_module(target, run_name="__main__", alter_sys=True)
     else:
         sys.path.insert(0, os.path.dirname(os.path.abspath(target)))
         runpy.run_path(target, run_name="__main__")
+    return 0
 
 
 REPORT_ENV = "XLASIM_RUN_REPORT"
@@ -112,13 +131,6 @@ def write_run_report(path: str, status: int) -> None:
     }
     with open(path, "w") as out:
         json.dump(report, out)
-
-
-def _exit_status(code: object) -> int:
-    """The process exit status `SystemExit(code)` produces."""
-    if code is None:
-        return 0
-    return code if isinstance(code, int) else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -143,12 +155,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         options.devices = 8
     status = 1  # an exception that escapes is exit status 1
     try:
-        run_target(options)
-        status = 0
+        status = run_target(options)
     except XlasimError as error:
         print(f"xlasim: {type(error).__name__}: {error}", file=sys.stderr)
     except SystemExit as exit:
-        status = _exit_status(exit.code)
+        from .torchrun import exit_status
+
+        status = exit_status(exit.code)
         raise
     finally:
         if os.environ.get(REPORT_ENV):
