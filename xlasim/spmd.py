@@ -85,7 +85,8 @@ def start_world(topology: Topology | None, devices: int) -> int:
     """Make this fresh process (no XLA runtime yet) an SPMD world of `devices` XLA devices.
 
     Emulated (`topology` given): the CPU client gets `devices` devices, which carry the slice's
-    TPU identity (`queries.identity_patches`: names, coordinates, slice indices...). Natively
+    TPU identity (`queries.identity_patches`: names, coordinates, slice indices...) and, once the
+    runtime has started on the CPU client, `PJRT_DEVICE` says TPU as on a TPU VM. Natively
     (`topology` None) the environment's own device is used as it is. Then SPMD goes on, for good.
     Returns the runtime's device count."""
     if topology is not None:
@@ -99,4 +100,9 @@ def start_world(topology: Topology | None, devices: int) -> int:
     import torch_xla.runtime as xr
 
     xr.use_spmd()
-    return xr.global_runtime_device_count()
+    count = xr.global_runtime_device_count()  # the runtime has started: it read PJRT_DEVICE
+    if topology is not None:
+        # What a TPU VM's environment says; torch_xla's debugging labels devices from it
+        # (visualize_sharding). Child processes must not emulate from here (emulate() refuses).
+        os.environ["PJRT_DEVICE"] = "TPU"
+    return count

@@ -38,7 +38,7 @@ def test_replica_first(xla_rank):
 @pytest.mark.xla(spmd=True, min_devices=8)
 def test_spmd_slice(xla_mesh):
     assert xr.is_spmd() and xr.global_runtime_device_count() == 8
-    assert xr.device_type() == "TPU"
+    assert xr.device_type() == "TPU" and os.environ["PJRT_DEVICE"] == "TPU"
     assert xla_mesh.mesh_shape == (8,) and xla_mesh.axis_names == ("data",)
     sharded_matmul(xla_mesh)
     sharded_matmul(xs.Mesh(np.arange(8), (2, 4), ("x", "y")))

@@ -61,6 +61,14 @@ def test_multislice_hybrid_mesh() -> None:
         }
         """,
     )
+    # Slices stacked along the DCN axis; within a slice the logical axes follow the physical
+    # ones of the same size (2 -> x, 4 -> y), as on a real two-slice v5e pod.
+    assert got["rows"] == [
+        [documented_device(s, x, y) for y in range(Y)] for s in range(SLICES) for x in range(X)
+    ]
+    assert got["columns"] == [
+        [documented_device(s, x, y) for s in range(SLICES) for x in range(X)] for y in range(Y)
+    ]
     for device, attributes in enumerate(got["attributes"]):
         slice_index, k = divmod(device, PER_SLICE)
         assert attributes == {
@@ -70,14 +78,6 @@ def test_multislice_hybrid_mesh() -> None:
             "slice_index": slice_index,
             "num_slices": SLICES,
         }
-    # Slices stacked along the DCN axis; within a slice the logical axes follow the physical
-    # ones of the same size (2 -> x, 4 -> y), as on a real two-slice v5e pod.
-    assert got["rows"] == [
-        [documented_device(s, x, y) for y in range(Y)] for s in range(SLICES) for x in range(X)
-    ]
-    assert got["columns"] == [
-        [documented_device(s, x, y) for s in range(SLICES) for x in range(X)] for y in range(Y)
-    ]
     assert got["flat"] == list(range(SLICES * PER_SLICE))
 
 
