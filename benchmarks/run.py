@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest_runs
+import spmd
 from common import MODES, OPS, SIZES, moved_bytes, parse_records
 from processes import Finished, run_script
 from report import judge_all, render
@@ -228,10 +229,12 @@ def main() -> None:
     records = [run, *collectives, *probe_records(rounds, notes, progress)]
     if args.suite is not None:
         records += suite_records(args.suite, notes, progress)
+    records += [complete(r) for r in spmd.records(notes, progress)]
     pair_modes(records)
     verdicts = judge_all(records)
     progress("done")
     print(render(records, verdicts, notes))
+    print("\n".join(spmd.lines(records)))
     if args.json:
         args.json.write_text(json.dumps(records, indent=1) + "\n")
 
