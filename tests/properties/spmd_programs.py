@@ -121,5 +121,11 @@ def fsdp_spec(tensor: torch.Tensor) -> tuple[str | None, ...]:
     return tuple(spec)
 
 
+def batch_layout(tensor: torch.Tensor) -> tuple[str | None, ...]:
+    """Where a batch tensor belongs: its first dimension along fsdp, the rest whole (written out
+    here, not taken from the strategy, so that a strategy splitting batches otherwise fails)."""
+    return ("fsdp", *(None,) * (tensor.dim() - 1))
+
+
 def sharding_text(tensor: torch.Tensor) -> str:
     return torch_xla._XLAC._get_xla_sharding_spec(tensor)

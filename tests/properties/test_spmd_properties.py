@@ -33,6 +33,7 @@ from spmd_programs import (
     BATCHES,
     WIDTHS,
     assert_layout,
+    batch_layout,
     fsdp_spec,
     mesh_shapes,
     mlp,
@@ -42,7 +43,7 @@ from spmd_programs import (
 from torch.utils.data import DataLoader, TensorDataset
 
 from strategy import SingleDeviceXLAStrategy
-from strategy.spmd import SPMDStrategy, batch_spec, make_mesh
+from strategy.spmd import SPMDStrategy, make_mesh
 from strategy.trainer import Trainer
 
 TOLERANCE = {"rtol": 1e-5, "atol": 1e-6}  # see the module docstring
@@ -175,8 +176,8 @@ def fsdpv2_layout_holds(data):
     torch.manual_seed(3)
     loader = DataLoader(TensorDataset(torch.randn(batch, sizes[0]), torch.arange(batch)), batch)
     x, index = next(iter(strategy.process_dataloader(loader)))
-    assert_layout(x, batch_spec(x), shape, "the batch's inputs")
-    assert_layout(index, batch_spec(index), shape, "the batch's 1-D labels")
+    assert_layout(x, batch_layout(x), shape, "the batch's inputs")
+    assert_layout(index, batch_layout(index), shape, "the batch's 1-D labels")
 
 
 # ------------------------------------------------------------------------------ checkpoints
