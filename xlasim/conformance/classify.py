@@ -16,7 +16,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from .discovery import SCRIPT, Job
+from .discovery import PYTEST, Job
 from .execution import Outcome
 from .expectations import HARDWARE_GATES, KNOWN_BUGS, NEEDS_TPU, NO_COLLECTIVES
 from .pytest_probe import COLLECTIVES, LAUNCHES
@@ -65,7 +65,7 @@ def classify(job: Job, outcome: Outcome) -> list[Row]:
                 + (f"; last output: {last}" if last else ""),
             )
         ]
-    if job.mode == SCRIPT:
+    if job.mode != PYTEST:  # a script, on its own or under torchrun: one row
         return [_script_row(job, outcome)]
     return _pytest_rows(job, outcome)
 
@@ -158,7 +158,7 @@ def _pytest_rows(job: Job, outcome: Outcome) -> list[Row]:
 
 def crashed_test(job: Job, outcome: Outcome) -> str | None:
     """The pytest id of the test that was running when the process died, if one was."""
-    if job.mode == SCRIPT or outcome.timed_out or outcome.junit or not outcome.started:
+    if job.mode != PYTEST or outcome.timed_out or outcome.junit or not outcome.started:
         return None
     return outcome.started[-1] if crash_reason(outcome.status, outcome.output) else None
 

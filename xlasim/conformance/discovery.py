@@ -4,8 +4,11 @@ A file runs the way upstream runs it, as a script (`python3 test/FILE.py` in its
 here under `xlasim run`: that covers files whose `__main__` block launches ranks
 (`torch_xla.launch`, `xmp.spawn`) and files whose `__main__` is `absltest.main()` /
 `unittest.main()`. A file that also holds TestCase classes or module-level `test_*` functions
-runs under pytest as well, which reports each test on its own. The file is read with `ast`,
-never imported: importing torch_xla's tests would start an XLA runtime in the runner.
+runs under pytest as well, which reports each test on its own. A file that calls
+`dist.is_torchelastic_launched()` asks to be started by torchrun (upstream runs it with
+`torchrun --nproc-per-node N FILE`, and it refuses to run otherwise): it runs only that way,
+under `xlasim run --torchrun`. The file is read with `ast`, never imported: importing
+torch_xla's tests would start an XLA runtime in the runner.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from .expectations import SCRIPT_ARGS
 
 SCRIPT = "script"
 PYTEST = "pytest"
+TORCHRUN = "torchrun"
 
 
 @dataclass(frozen=True)
@@ -41,6 +45,7 @@ SUITES: dict[str, tuple[Suite, ...]] = {
                 "test_train_mp_*.py",
                 "torch_distributed/*.py",
                 "pjrt/test_collective_ops_tpu.py",
+                "pjrt/test_torchrun.py",
             ),
             needs_collectives=True,
         ),
@@ -86,13 +91,14 @@ def discover(root: Path, suite: str, select: str | None = None) -> list[Job]:
             if select and select not in rel:
                 continue
             for mode in modes(path.read_text(encoding="utf-8", errors="replace")):
-                args = SCRIPT_ARGS.get(rel, ()) if mode == SCRIPT else ()
+                args = SCRIPT_ARGS.get(rel, ()) if mode != PYTEST else ()
                 jobs.append(Job(root, path, mode, part.needs_collectives, args))
     return jobs
 
 
 def modes(source: str) -> list[str]:
-    """How a file with this source runs: script, pytest, or both (script first).
+    """How a file with this source runs: under torchrun, or as a script, pytest, or both
+    (script first).
 
     A file with neither a `__main__` block nor tests still runs as a script, so that it shows
     up in the table (as having checked nothing) instead of silently dropping out.
@@ -101,10 +107,21 @@ def modes(source: str) -> list[str]:
         tree = ast.parse(source)
     except SyntaxError:
         return [SCRIPT]  # the run reports the error
+    if _asks_for_torchrun(tree):
+        return [TORCHRUN]
     found = [SCRIPT] if _has_main(tree) or not _has_tests(tree) else []
     if _has_tests(tree):
         found.append(PYTEST)
     return found
+
+
+def _asks_for_torchrun(tree: ast.Module) -> bool:
+    """Whether the file calls `is_torchelastic_launched()` (torch.distributed's test for having
+    been started by torchrun); a comment or string that mentions torchrun is not asking."""
+    return any(
+        isinstance(node, ast.Call) and _base_name(node.func) == "is_torchelastic_launched"
+        for node in ast.walk(tree)
+    )
 
 
 def _has_main(tree: ast.Module) -> bool:

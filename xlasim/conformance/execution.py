@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .discovery import PYTEST, Job
+from .discovery import PYTEST, TORCHRUN, Job
 from .pytest_probe import PROGRESS_ENV
 
 #: Variables of the caller that would pick another platform or slice than the one asked for.
@@ -121,6 +121,7 @@ def command(job: Job, slice: Slice, junit: Path) -> list[str]:
         "--devices",
         str(slice.devices),
         *([] if slice.processes is None else ["--processes", str(slice.processes)]),
+        *(["--torchrun"] if job.mode == TORCHRUN else []),
         str(job.path),
         *job.args,
     ]
