@@ -11,6 +11,8 @@ import torch_xla
 import torch_xla.core.xla_model as xm
 import torch_xla.distributed.spmd as xs
 import torch_xla.runtime as xr
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import xlasim
 
@@ -55,6 +57,21 @@ def test_spmd_any_size():
     n = xr.global_runtime_device_count()
     assert xr.is_spmd() and 8 % n == 0
     sharded_matmul(xs.Mesh(np.arange(n), (n,), ("data",)))
+
+
+@settings(max_examples=3, deadline=None)
+@given(st.integers(1, 3))
+@pytest.mark.xla(spmd=True)
+def test_spmd_given(xla_mesh, scale):  # Hypothesis draws in the worker: the body runs once
+    n = xr.global_runtime_device_count()
+    a = torch.arange(8.0 * n).reshape(n, 8) * scale
+    xa = a.to(torch_xla.device())
+    xs.mark_sharding(xa, xla_mesh, ("data", None))
+    assert torch.equal((xa * 2).cpu(), a * 2)
+
+
+def test_mesh_unmarked(xla_mesh):
+    pass  # an error at setup: a mesh needs SPMD
 
 
 def test_plain_calls_use_spmd():

@@ -14,6 +14,8 @@ EMULATED = {
     "test_spmd_slice": "PASSED",
     "test_replica_between": "PASSED",
     "test_spmd_any_size": "PASSED",
+    "test_spmd_given": "PASSED",
+    "test_mesh_unmarked": "ERROR",
     "test_plain_calls_use_spmd": "FAILED",
     "test_rank_calls_use_spmd": "FAILED",
     "test_spmd_fails": "FAILED",

@@ -22,6 +22,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Generator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -137,7 +138,11 @@ class SpmdWorkers:
         return Topology(devices, devices, 1, self._topology.generation)
 
     def run(
-        self, item: pytest.Item, fn: Callable[..., Any], kwargs: dict[str, Any], devices: int
+        self,
+        item: pytest.Item,
+        fn: Callable[..., Any] | FunctionReference,
+        kwargs: dict[str, Any],
+        devices: int,
     ) -> RankOutcome:
         """Run `fn(**kwargs)` for `item` in the SPMD world of `devices`; a dead or stopped
         worker is replaced before the next test."""
@@ -177,8 +182,32 @@ class MeshPlaceholder:
         return "<xla_mesh: built in the SPMD worker>"
 
 
-def call_spmd_test(fn: Callable[..., Any], kwargs: dict[str, Any]) -> None:
+@dataclass(frozen=True)
+class FunctionReference:
+    """A module-level test function named by its module (name, file, asserts rewritten) and
+    name: Hypothesis' `@given` wrapper is not the module's function to pickle, so the worker
+    imports the module and looks the test up there."""
+
+    module: tuple[str, str, bool]
+    name: str
+
+    @classmethod
+    def of(cls, item: pytest.Function) -> FunctionReference | Callable[..., Any]:
+        if item.cls is not None:  # a bound method pickles through its instance
+            return item.obj
+        module = item.module
+        rewritten = type(getattr(module, "__loader__", None)).__name__ == "AssertionRewritingHook"
+        return cls((module.__name__, str(item.path), rewritten), item.originalname)
+
+    def load(self) -> Callable[..., Any]:
+        remote.import_modules([self.module])
+        return getattr(sys.modules[self.module[0]], self.name)
+
+
+def call_spmd_test(fn: Callable[..., Any] | FunctionReference, kwargs: dict[str, Any]) -> None:
     """What the SPMD worker runs: the test function, with `xla_mesh` built there."""
+    if isinstance(fn, FunctionReference):
+        fn = fn.load()
     if any(isinstance(value, MeshPlaceholder) for value in kwargs.values()):
         import torch_xla.distributed.spmd as xs
 
@@ -211,7 +240,7 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
         return None
     from .ranks import world_size
 
-    fn = pyfuncitem.obj
+    fn = FunctionReference.of(pyfuncitem)
     kwargs = {arg: pyfuncitem.funcargs[arg] for arg in pyfuncitem._fixtureinfo.argnames}
     outcome = _workers(pyfuncitem.config).run(pyfuncitem, fn, kwargs, world_size(pyfuncitem))
     for text, stream in ((outcome.stdout, sys.stdout), (outcome.stderr, sys.stderr)):
@@ -251,17 +280,21 @@ def refuse_here(backend: str) -> None:
         spmd.guard()
 
 
-@pytest.fixture
-def xla_mesh(request: pytest.FixtureRequest) -> MeshPlaceholder:
-    """The 1-D mesh over the SPMD world's devices, axis "data" (`xs.get_1d_mesh("data")`).
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if "xla_mesh" in getattr(item, "fixturenames", ()) and not wants_spmd(item):
+        pytest.fail(
+            f"{item.nodeid} asks for xla_mesh but is not marked @pytest.mark.xla(spmd=True): a "
+            "mesh needs SPMD, which only such a test's body has",
+            pytrace=False,
+        )
+
+
+@pytest.fixture(scope="session")  # session: Hypothesis refuses function-scoped fixtures
+def xla_mesh(pytestconfig: pytest.Config) -> MeshPlaceholder:
+    """The 1-D mesh over the SPMD world's devices, axis "data" (`xs.get_1d_mesh("data")`),
+    built afresh in the worker for each test.
 
     Only for `@pytest.mark.xla(spmd=True)` tests, whose body runs where SPMD is on.
     """
-    if not wants_spmd(request.node):
-        pytest.fail(
-            f"{request.node.nodeid} asks for xla_mesh but is not marked "
-            "@pytest.mark.xla(spmd=True): a mesh needs SPMD, which only such a test's body has",
-            pytrace=False,
-        )
-    executor(request.config)  # wakes the plugin up if nothing else did
+    executor(pytestconfig)  # wakes the plugin up if nothing else did
     return MeshPlaceholder()
