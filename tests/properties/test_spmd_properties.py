@@ -183,14 +183,16 @@ def fsdpv2_layout_holds(data):
 # ------------------------------------------------------------------------------ checkpoints
 
 
-def trained(shape: tuple[int, int], sizes, seed: int) -> SPMDStrategy:
-    """A strategy on a mesh of `shape` with an MLP and one optimizer step (momentum exists)."""
+def trained(shape: tuple[int, int], sizes, seed: int, steps: int = 1) -> SPMDStrategy:
+    """A strategy on a mesh of `shape` with an MLP after `steps` optimizer steps (0: the
+    optimizer has no state yet, as when a trainer resumes; 1: momentum exists)."""
     strategy = launched(shape)
     strategy.setup(SimpleNamespace(model=mlp(sizes, seed)))
     torch.manual_seed(seed)
     x = torch.randn(4, sizes[0]).to(torch_xla.device())
-    strategy.model(x).square().mean().backward()
-    strategy.optimizer_step(strategy.optimizers[0])
+    for _ in range(steps):
+        strategy.model(x).square().mean().backward()
+        strategy.optimizer_step(strategy.optimizers[0])
     torch_xla.sync()
     return strategy
 
@@ -219,6 +221,7 @@ def checkpoint_restores(data):
         st.sampled_from([saved_on, data.draw(mesh_shapes(devices))]), label="loaded on mesh"
     )
     sizes = data.draw(widths(), label="widths")
+    reader_steps = data.draw(st.sampled_from([0, 1]), label="the reader's steps before loading")
     writer = trained(saved_on, sizes, seed=0)
     saved = host_state(writer)
     layouts = {n: sharding_text(p) for n, p in writer.model.named_parameters()}
@@ -231,7 +234,7 @@ def checkpoint_restores(data):
             "step": 1,
         }
         writer.save_checkpoint(checkpoint, path)
-        reader = trained(loaded_on, sizes, seed=1)  # other weights and momentum
+        reader = trained(loaded_on, sizes, seed=1, steps=reader_steps)  # other weights
         loaded = reader.load_checkpoint(path)
     reader.model.load_state_dict(loaded["model"])
     reader.optimizers[0].load_state_dict(loaded["optimizer"])
@@ -243,6 +246,8 @@ def checkpoint_restores(data):
         assert torch.equal(restored[name], value), f"{name} restored on mesh {loaded_on}"
     for name, param in reader.model.named_parameters():
         assert_layout(param, fsdp_spec(param), loaded_on, f"restored {name}")
+        momentum = reader.optimizers[0].state[param]["momentum_buffer"]  # sharded like its param
+        assert_layout(momentum, fsdp_spec(param), loaded_on, f"restored momentum of {name}")
         if loaded_on == saved_on:
             assert sharding_text(param) == layouts[name], f"{name}'s sharding changed"
 
