@@ -385,11 +385,12 @@ SPMD_MUTANTS = (
         "                planner=SPMDSavePlanner(),",
     ),
     mutant(
-        "spmd-load-with-default-planner",
-        "checkpoints load with torch's default planner instead of SPMDLoadPlanner",
+        "spmd-optimizer-not-primed",
+        "loading does not prime an optimizer without state: its momentum arrives from the CPU, "
+        "whole on every device instead of sharded",
         "strategy/spmd.py",
-        "            planner=SPMDLoadPlanner(),",
-        "            planner=dist_cp.DefaultLoadPlanner(),",
+        '            if not optimizer.state and any(k.startswith("optimizer.state.") for k in stored):',
+        "            if False:",
     ),
     mutant(
         "spmd-optimizer-state-keys-as-strings",
