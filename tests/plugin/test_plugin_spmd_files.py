@@ -20,6 +20,7 @@ class SpmdBase(unittest.TestCase):
 UPSTREAM_STYLE = """
 import os
 import signal
+import unittest
 
 import numpy as np
 import torch
@@ -40,6 +41,10 @@ class ShardingTest(spmd_base.SpmdBase):
 
     def test_crashes(self):
         os.kill(os.getpid(), signal.SIGSEGV)
+
+    @unittest.skip("not on this slice")
+    def test_skipped(self):
+        pass
 
     def test_deselected(self):
         raise AssertionError("deselected, never run")
@@ -74,7 +79,7 @@ def test_spmd_file_runs_in_a_child_session(pytester, inner_environment) -> None:
         "--junitxml=junit.xml",
         timeout=600,
     )
-    result.assert_outcomes(passed=3, failed=2, deselected=1)
+    result.assert_outcomes(passed=3, failed=2, skipped=1, deselected=1)
     result.stdout.fnmatch_lines(
         [
             "[[]xlasim[]] the SPMD child session running test_a_upstream.py was killed by "
@@ -89,3 +94,4 @@ def test_spmd_file_runs_in_a_child_session(pytester, inner_environment) -> None:
     )
     junit = (pytester.path / "junit.xml").read_text()
     assert 'name="test_world"' in junit and 'name="test_crashes"' in junit
+    assert 'message="not on this slice"' in junit  # a replayed skip reaches junit too

@@ -138,6 +138,8 @@ def _run_items(config: pytest.Config, items: list[SpmdFileTest]) -> dict[str, li
                 report = config.hook.pytest_report_from_serializable(
                     config=config, data=record["report"]
                 )
+                if isinstance(report.longrepr, list):  # a skip's (path, line, reason): JSON
+                    report.longrepr = tuple(report.longrepr)  # made it a list
                 reports.setdefault(report.nodeid, []).append(report)
         unfinished = [i for i in pending if not _finished(reports[i.nodeid])]
         culprit = next((i for i in unfinished if i.nodeid == child.started_last), None)
