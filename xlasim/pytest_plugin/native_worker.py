@@ -2,7 +2,7 @@
 
 Each spawned rank connects back to the pytest process and serves jobs until told to stop, so
 the workers (and their XLA runtime and compilation cache) stay warm across tests. A job is a
-`remote.Job`: the worker puts the parent's `sys.path` in place, runs it (`remote.run_job`:
+`remote.Job`: the worker puts the parent's `sys.path` in place, runs it (`remote_rank.run_job`:
 test modules imported the way pytest did, from their paths, asserts rewritten) and replies
 with the rank's `RankOutcome`, made by the core as for emulated ranks: result or error and
 traceback, output, failure rendered as pytest would have, and the XLA counters it added.
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from .. import counters, outcome, output
 from ..outcome import Collect, RankOutcome
-from . import remote
+from . import remote, remote_rank
 
 STACK_SIGNAL = signal.SIGUSR1
 _stacks_file = None
@@ -37,17 +37,17 @@ def _setup_process(stack_dir: str) -> None:
 
 def _run_job(index: int, size: int, sys_path: list[str], job: remote.Job) -> RankOutcome:
     before = counters.counts()
-    with remote._process_lock:  # a worker process serves one rank per device thread on CPU
+    with remote_rank.process_lock:  # a worker process serves one rank per device thread on CPU
         sys.path[:] = sys_path
-    collect = Collect(output=True, render=functools.partial(remote.render_failure, job.style))
-    ended = outcome.call(index, size, remote.run_job, (job,), {}, collect)
+    collect = Collect(output=True, render=functools.partial(remote_rank.render_failure, job.style))
+    ended = outcome.call(index, size, remote_rank.run_job, (job,), {}, collect)
     ended.metrics = counters.growth(before)
     return ended.portable()
 
 
 def serve(index: int, address: str, authkey: bytes, stack_dir: str) -> None:
     """The function `xmp.spawn` runs on every rank: serve jobs until the parent says stop."""
-    with remote._process_lock:
+    with remote_rank.process_lock:
         _setup_process(stack_dir)
     with Client(address, authkey=authkey) as conn:
         conn.send((index, os.getpid()))

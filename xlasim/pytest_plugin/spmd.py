@@ -29,7 +29,7 @@ import pytest
 
 from ..errors import XlasimError
 from ..outcome import Collect, RankOutcome
-from . import remote
+from . import remote, remote_rank
 from .backend_choice import backend_key, executor
 from .outcomes import settle
 from .timeouts import timeout_for
@@ -158,7 +158,7 @@ class SpmdWorkers:
             style=style,
         )
         live = item.config.getoption("capture") == "no"
-        render = functools.partial(remote.render_failure, style)
+        render = functools.partial(remote_rank.render_failure, style)
         collect = Collect(output=True, tee=live, render=render)
         return worker.run(job, collect, timeout_for(item), item.nodeid)
 
@@ -200,7 +200,7 @@ class FunctionReference:
         return cls((module.__name__, str(item.path), rewritten), item.originalname)
 
     def load(self) -> Callable[..., Any]:
-        remote.import_modules([self.module])
+        remote_rank.import_modules([self.module])
         return getattr(sys.modules[self.module[0]], self.name)
 
 

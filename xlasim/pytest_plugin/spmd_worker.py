@@ -21,7 +21,7 @@ from multiprocessing.connection import Connection
 
 from ..outcome import Collect, call
 from ..topology import Topology
-from . import remote
+from . import remote, remote_rank
 
 
 @dataclass(frozen=True)
@@ -58,5 +58,5 @@ def main(spec: SpmdSpec, control: Connection) -> None:
             return
         job: remote.Job = message[1]
         collect: Collect = message[2]
-        outcome = call(0, 1, remote.run_job, (job,), {}, collect)
+        outcome = call(0, 1, remote_rank.run_job, (job,), {}, collect)
         control.send(outcome.portable())
