@@ -90,12 +90,12 @@ def start_world(topology: Topology | None, devices: int) -> int:
     (`topology` None) the environment's own device is used as it is. Then SPMD goes on, for good.
     Returns the runtime's device count."""
     if topology is not None:
-        from . import activation, patches
+        from . import activation
 
         os.environ["PJRT_DEVICE"] = "CPU"
         os.environ["CPU_NUM_DEVICES"] = str(devices)
         activation.enter_worker(topology, 0)
-        patches.install()
+        _put_on_identity()
     allow()
     import torch_xla.runtime as xr
 
@@ -106,3 +106,16 @@ def start_world(topology: Topology | None, devices: int) -> int:
         # (visualize_sharding). Child processes must not emulate from here (emulate() refuses).
         os.environ["PJRT_DEVICE"] = "TPU"
     return count
+
+
+def _put_on_identity() -> None:
+    """Only the identity: an SPMD world has no emulated ranks, so torch_xla's own collectives,
+    launches, rank queries and `xla` process group stay as they are (under SPMD torch_xla
+    refuses `init_process_group('xla')` with its own AssertionError, which its tests expect)."""
+    import torch_xla.runtime as xr
+
+    from . import queries
+
+    xr.device_type = lambda: queries.DEVICE_TYPE
+    for owner, name, replacement in queries.identity_patches():
+        setattr(owner, name, replacement)
