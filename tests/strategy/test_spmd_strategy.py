@@ -10,7 +10,7 @@ from test_strategy_demo import ENVIRONMENT_OF_THIS_SESSION, ROOT, STEP_LINE
 
 
 def test_spmd_demo_trains_on_8_cores_checkpoints_resumes_and_the_loss_falls(emulation_only):
-    # A subprocess: xr.use_spmd() is process-wide and irreversible, never for this session.
+    # A subprocess: SPMD mode is process-wide and irreversible, never for this session.
     env = {k: v for k, v in os.environ.items() if k not in ENVIRONMENT_OF_THIS_SESSION}
     done = subprocess.run(
         [sys.executable, "-m", "strategy.demo", "--devices", "8", "--spmd", "--steps", "8"],
