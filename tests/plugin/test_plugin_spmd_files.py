@@ -95,3 +95,22 @@ def test_spmd_file_runs_in_a_child_session(pytester, inner_environment) -> None:
     junit = (pytester.path / "junit.xml").read_text()
     assert 'name="test_world"' in junit and 'name="test_crashes"' in junit
     assert 'message="not on this slice"' in junit  # a replayed skip reaches junit too
+
+
+def test_only_a_call_of_use_spmd_makes_an_spmd_file(tmp_path) -> None:
+    """A comment or a string that names xr.use_spmd() is not a call (tests/strategy's SPMD tests
+    mention it while running SPMD in subprocesses of their own); a base class's call in a
+    sibling module is, and a file written for the plugin never is."""
+    from xlasim.pytest_plugin.spmd_files import turns_spmd_on
+
+    (tmp_path / "spmd_base.py").write_text(BASE)
+    files = {
+        "test_mentions.py": '# xr.use_spmd() is for good\nCODE = "xr.use_spmd()"\n',
+        "test_inherits.py": UPSTREAM_STYLE,
+        "test_marked.py": "import pytest\nimport torch_xla.runtime as xr\n\n"
+        "@pytest.mark.xla(spmd=True)\ndef test_x():\n    xr.use_spmd()\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    found = {name: turns_spmd_on(tmp_path / name) for name in files}
+    assert found == {"test_mentions.py": False, "test_inherits.py": True, "test_marked.py": False}

@@ -13,16 +13,16 @@ work on them as usual), then runs the ones this session runs. Each test is bound
 plugin's timeout; a child that crashes or stops answering is ended, and its tests that had not
 reported fail with what happened and the end of its output.
 
-A file is taken for such a one when its text calls `use_spmd(`, imports
-`torch_xla.distributed.spmd`, or imports a sibling module that does, and it has no `mark.xla`.
+A file is taken for such a one when its code (parsed, so comments and strings do not count)
+calls `use_spmd` or imports a sibling module whose code does, and it has no `mark.xla`.
 """
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -39,27 +39,46 @@ from .options import resolve
 
 #: The environment variable that makes a child pytest session an SPMD world (JSON).
 SESSION_ENV = "XLASIM_SPMD_SESSION"
-_SPMD_TEXT = re.compile(r"use_spmd\(|torch_xla\.distributed\.spmd|torch_xla\.experimental\.spmd")
-_IMPORTS = re.compile(r"^\s*(?:from|import)\s+([A-Za-z_]\w*)", re.MULTILINE)
 #: How often the parent looks at the child's reports.
 _POLL_S = 0.2
 
 
+def _calls_use_spmd(tree: ast.Module) -> bool:
+    """A real call of `use_spmd` (`xr.use_spmd()`, `use_spmd()`), not a comment or a string."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if name == "use_spmd":
+                return True
+    return False
+
+
+def _parse(path: Path) -> ast.Module | None:
+    try:
+        return ast.parse(path.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, SyntaxError, ValueError):
+        return None
+
+
 def turns_spmd_on(path: Path) -> bool:
     """Whether a test file is an SPMD program not written for the plugin (see module doc)."""
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
+    tree = _parse(path)
+    if tree is None or "mark.xla" in ast.unparse(tree):
         return False
-    if "mark.xla" in text:
-        return False
-    if _SPMD_TEXT.search(text):
+    if _calls_use_spmd(tree):
         return True
-    for name in set(_IMPORTS.findall(text)):
+    imported = {
+        alias.name.split(".")[0] if isinstance(node, ast.Import) else node.module or ""
+        for node in tree.body
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+        for alias in (node.names if isinstance(node, ast.Import) else [node])
+    }
+    for name in imported:
         sibling = path.with_name(f"{name}.py")
         if sibling != path and sibling.is_file():
-            sibling_text = sibling.read_text(encoding="utf-8", errors="replace")
-            if _SPMD_TEXT.search(sibling_text):
+            sibling_tree = _parse(sibling)
+            if sibling_tree is not None and _calls_use_spmd(sibling_tree):
                 return True
     return False
 
