@@ -1,27 +1,14 @@
 """The reference strategy's FSDPv2 (SPMD) mode, as the README runs it:
 `python -m strategy.demo --devices 8 --spmd`."""
 
-import os
 import re
-import subprocess
-import sys
 
-from test_strategy_demo import ENVIRONMENT_OF_THIS_SESSION, ROOT, STEP_LINE
+from test_strategy_demo import STEP_LINE, run_demo
 
 
 def test_spmd_demo_trains_on_8_cores_checkpoints_resumes_and_the_loss_falls(emulation_only):
     # A subprocess: SPMD mode is process-wide and irreversible, never for this session.
-    env = {k: v for k, v in os.environ.items() if k not in ENVIRONMENT_OF_THIS_SESSION}
-    done = subprocess.run(
-        [sys.executable, "-m", "strategy.demo", "--devices", "8", "--spmd", "--steps", "8"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    out = done.stdout
+    out = run_demo("--devices", "8", "--spmd", "--steps", "8")
     assert "FSDPv2 (SPMD) training on 8 XLA core(s)" in out
     steps = [(int(s), int(total), float(loss)) for s, total, loss in STEP_LINE.findall(out)]
     assert [s for s, _, _ in steps] == list(range(1, 17))  # one program: one line per step

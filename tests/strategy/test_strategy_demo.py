@@ -12,10 +12,12 @@ ENVIRONMENT_OF_THIS_SESSION = ("PJRT_DEVICE", "CPU_NUM_DEVICES", "XLASIM_DEVICES
 STEP_LINE = re.compile(r"^epoch \d+ \| step +(\d+)/(\d+) \[[#.]+\] loss (\d+\.\d+)", re.M)
 
 
-def test_demo_trains_on_8_cores_checkpoints_resumes_and_the_loss_falls(emulation_only):
+def run_demo(*args: str) -> str:
+    """The demo's output, run as the README runs it (a fresh process, 300 s bound); it must
+    exit 0."""
     env = {k: v for k, v in os.environ.items() if k not in ENVIRONMENT_OF_THIS_SESSION}
     done = subprocess.run(
-        [sys.executable, "-m", "strategy.demo", "--devices", "8"],
+        [sys.executable, "-m", "strategy.demo", *args],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -23,7 +25,11 @@ def test_demo_trains_on_8_cores_checkpoints_resumes_and_the_loss_falls(emulation
         timeout=300,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    out = done.stdout
+    return done.stdout
+
+
+def test_demo_trains_on_8_cores_checkpoints_resumes_and_the_loss_falls(emulation_only):
+    out = run_demo("--devices", "8")
     assert "data-parallel training on 8 XLA core(s)" in out
     steps = [(int(s), int(total), float(loss)) for s, total, loss in STEP_LINE.findall(out)]
     # one line per step, printed by global rank 0 alone (8 ranks printing would repeat each)
