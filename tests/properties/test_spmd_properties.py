@@ -61,6 +61,14 @@ def widths() -> st.SearchStrategy[tuple[int, int, int]]:
     return st.tuples(*(st.sampled_from(WIDTHS) for _ in range(3)))
 
 
+@st.composite
+def training_setups(draw: st.DrawFn) -> tuple[tuple[int, int], tuple[int, int, int], int]:
+    """What every training property draws first: a mesh shape over the slice's devices, an
+    MLP's widths and a batch size."""
+    shape = draw(mesh_shapes(xr.global_runtime_device_count()))
+    return shape, draw(widths()), draw(st.sampled_from(BATCHES))
+
+
 def launched(mesh_shape: tuple[int, int]) -> SPMDStrategy:
     strategy = SPMDStrategy(mesh_shape=mesh_shape)
     strategy.setup_environment()
@@ -82,9 +90,7 @@ def test_a_sharded_training_step_computes_what_the_unsharded_step_computes():
 @few(15)
 @given(data=st.data())
 def sharded_step_matches(data):
-    devices = xr.global_runtime_device_count()
-    shape = data.draw(mesh_shapes(devices), label="mesh_shape")
-    sizes, batch = data.draw(widths(), label="widths"), data.draw(st.sampled_from(BATCHES))
+    shape, sizes, batch = data.draw(training_setups(), label="mesh_shape, widths, batch_size")
     clip = data.draw(st.sampled_from([None, 0.05]), label="gradient_clip_val")
     strategy = launched(shape)
     mesh = strategy.mesh
@@ -128,10 +134,7 @@ def test_fsdpv2_training_equals_single_device_training():
 @few(8)
 @given(data=st.data())
 def fsdpv2_training_matches(data):
-    devices = xr.global_runtime_device_count()
-    shape = data.draw(mesh_shapes(devices), label="mesh_shape")
-    sizes = data.draw(widths(), label="widths")
-    batch = data.draw(st.sampled_from(BATCHES), label="batch_size")
+    shape, sizes, batch = data.draw(training_setups(), label="mesh_shape, widths, batch_size")
     steps = data.draw(st.integers(1, 3), label="steps")
     clip = data.draw(st.sampled_from([None, 0.05]), label="gradient_clip_val")
     torch.manual_seed(2)
@@ -164,10 +167,7 @@ def test_fsdpv2_shards_every_parameter_and_every_batch_along_fsdp():
 @few(8)
 @given(data=st.data())
 def fsdpv2_layout_holds(data):
-    devices = xr.global_runtime_device_count()
-    shape = data.draw(mesh_shapes(devices), label="mesh_shape")
-    sizes = data.draw(widths(), label="widths")
-    batch = data.draw(st.sampled_from(BATCHES), label="batch_size")
+    shape, sizes, batch = data.draw(training_setups(), label="mesh_shape, widths, batch_size")
     strategy = launched(shape)
     model = mlp(sizes, seed=0)
     strategy.setup(SimpleNamespace(model=model))
