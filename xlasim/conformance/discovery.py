@@ -4,11 +4,13 @@ A file runs the way upstream runs it, as a script (`python3 test/FILE.py` in its
 here under `xlasim run`: that covers files whose `__main__` block launches ranks
 (`torch_xla.launch`, `xmp.spawn`) and files whose `__main__` is `absltest.main()` /
 `unittest.main()`. A file that also holds TestCase classes or module-level `test_*` functions
-runs under pytest as well, which reports each test on its own. A file that calls
+runs under pytest as well, which reports each test on its own; a class counts as a TestCase also
+through a base class in the file or in a sibling module it imports (torch_xla's test/spmd files
+derive from `test_xla_sharding_base.XlaShardingTest`). A file that calls
 `dist.is_torchelastic_launched()` asks to be started by torchrun (upstream runs it with
 `torchrun --nproc-per-node N FILE`, and it refuses to run otherwise): it runs only that way,
-under `xlasim run --torchrun`. The file is read with `ast`, never imported: importing
-torch_xla's tests would start an XLA runtime in the runner.
+under `xlasim run --torchrun`. The file, and a sibling module it imports, is read with `ast`,
+never imported: importing torch_xla's tests would start an XLA runtime in the runner.
 """
 
 from __future__ import annotations
@@ -90,29 +92,37 @@ def discover(root: Path, suite: str, select: str | None = None) -> list[Job]:
             rel = path.relative_to(root).as_posix()
             if select and select not in rel:
                 continue
-            for mode in modes(path.read_text(encoding="utf-8", errors="replace")):
+            for mode in modes(path.read_text(encoding="utf-8", errors="replace"), path.parent):
                 args = SCRIPT_ARGS.get(rel, ()) if mode != PYTEST else ()
                 jobs.append(Job(root, path, mode, part.needs_collectives, args))
     return jobs
 
 
-def modes(source: str) -> list[str]:
-    """How a file with this source runs: under torchrun, or as a script, pytest, or both
-    (script first).
+def modes(source: str, folder: Path | None = None) -> list[str]:
+    """How a file with this source (in `folder`, where its sibling modules are) runs: under
+    torchrun, or as a script, pytest, or both (script first).
 
     A file with neither a `__main__` block nor tests still runs as a script, so that it shows
     up in the table (as having checked nothing) instead of silently dropping out.
     """
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
+    tree = _parse(source)
+    if tree is None:
         return [SCRIPT]  # the run reports the error
     if _asks_for_torchrun(tree):
         return [TORCHRUN]
-    found = [SCRIPT] if _has_main(tree) or not _has_tests(tree) else []
-    if _has_tests(tree):
+    inherited = _sibling_test_cases(tree, folder) if folder else frozenset()
+    has_tests = _has_tests(tree, inherited)
+    found = [SCRIPT] if _has_main(tree) or not has_tests else []
+    if has_tests:
         found.append(PYTEST)
     return found
+
+
+def _parse(source: str) -> ast.Module | None:
+    try:
+        return ast.parse(source)
+    except SyntaxError:
+        return None
 
 
 def _asks_for_torchrun(tree: ast.Module) -> bool:
@@ -143,19 +153,21 @@ def _constant_or_name(node: ast.expr) -> str | None:
     return None
 
 
-def _has_tests(tree: ast.Module) -> bool:
-    """TestCase subclasses with test methods, or module-level `test_*` functions.
+def _has_tests(tree: ast.Module, inherited: frozenset[str] = frozenset()) -> bool:
+    """TestCase subclasses with test methods, or module-level `test_*` functions; `inherited`:
+    how the file names TestCase classes of its sibling modules (`_sibling_test_cases`).
 
     Plain `class Test...:` helpers are not counted although pytest would collect them: torch_xla
     uses them as code its ranks call (torch_distributed/test_torch_distributed_fsdp_meta.py), and
     on pytest's main thread they would run on one device, outside any launch.
     """
+    test_cases = _test_cases(tree, inherited)
     for node in tree.body:
         if isinstance(node, ast.FunctionDef) and node.name.startswith("test"):
             return True
         if (
             isinstance(node, ast.ClassDef)
-            and any(_base_name(base).endswith("TestCase") for base in node.bases)
+            and node.name in test_cases
             and any(
                 isinstance(item, ast.FunctionDef) and item.name.startswith("test")
                 for item in node.body
@@ -165,9 +177,61 @@ def _has_tests(tree: ast.Module) -> bool:
     return False
 
 
+def _test_cases(tree: ast.Module, inherited: frozenset[str] = frozenset()) -> set[str]:
+    """The classes `tree` defines that derive from a `TestCase` (`unittest.TestCase`,
+    `parameterized.TestCase`, ...): directly, through a class defined before them in the file
+    (test_xla_distributed_checkpoint.py's `DistributedCheckpointTestBase`), or through one of
+    `inherited`."""
+    found: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and any(
+            _base_name(base).endswith("TestCase") or _dotted_name(base) in found | inherited
+            for base in node.bases
+        ):
+            found.add(node.name)
+    return found
+
+
+def _sibling_test_cases(tree: ast.Module, folder: Path) -> frozenset[str]:
+    """The names under which the file's module-level imports bind TestCase classes of its
+    sibling modules in `folder`: `module.Class` after `import module`, `Class` after
+    `from module import Class`. torch_xla's test/spmd files derive from
+    `test_xla_sharding_base.XlaShardingTest` this way; they run with their folder on the path,
+    as a script does. The sibling is parsed, like the file, never imported."""
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                classes = _module_test_cases(folder, alias.name)
+                names.update(f"{alias.asname or alias.name}.{name}" for name in classes)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            classes = _module_test_cases(folder, node.module)
+            names.update(
+                alias.asname or alias.name for alias in node.names if alias.name in classes
+            )
+    return frozenset(names)
+
+
+def _module_test_cases(folder: Path, module: str) -> set[str]:
+    """The TestCase classes of `module` when it is a sibling module in `folder`."""
+    path = folder / f"{module}.py"
+    if "." in module or not path.is_file():
+        return set()
+    tree = _parse(path.read_text(encoding="utf-8", errors="replace"))
+    return _test_cases(tree) if tree else set()
+
+
 def _base_name(base: ast.expr) -> str:
     if isinstance(base, ast.Name):
         return base.id
     if isinstance(base, ast.Attribute):
         return base.attr
     return ""
+
+
+def _dotted_name(base: ast.expr) -> str:
+    """`module.Class` for a base written so, `Class` for a bare name, else ""."""
+    if isinstance(base, ast.Attribute):
+        outer = _dotted_name(base.value)
+        return f"{outer}.{base.attr}" if outer else ""
+    return _base_name(base)
