@@ -431,6 +431,27 @@ def test_a_pytest_process_that_dies_after_its_report_adds_a_crash_row(tmp_path: 
     ]
 
 
+def test_a_collection_error_is_its_own_row_without_an_exit_status_row(tmp_path: Path) -> None:
+    """pytest exits 2 ("Interrupted: 1 error during collection") when a file cannot be imported;
+    junit's error case says why, and the status adds nothing (torch_xla's
+    spmd/test_spmd_debugging.py imports the optional `rich`)."""
+    junit = tmp_path / "junit.xml"
+    junit.write_text(
+        '<testsuites><testsuite><testcase classname="" name="spmd.test_x" time="0.0">'
+        '<error message="collection failure">spmd/test_x.py: ImportError while importing\n'
+        "E   ModuleNotFoundError: No module named 'rich'</error>"
+        "</testcase></testsuite></testsuites>"
+    )
+    job = _job(tmp_path, "spmd/test_x.py", PYTEST)
+    output = "!!! Interrupted: 1 error during collection !!!\n"
+    rows = classify(job, _outcome(tmp_path, 2, output, junit=junit))
+    assert [(r.result, r.reason) for r in rows] == [
+        (NEEDS_PACKAGE, "needs rich (No module named 'rich')")
+    ]
+    rows = classify(job, _outcome(tmp_path, 3, "INTERNALERROR> boom\n", junit=junit))
+    assert [r.result for r in rows] == [NEEDS_PACKAGE, FAILED]  # not a collection's status
+
+
 def test_first_error_line_prefers_xlasim_then_the_failing_test() -> None:
     assert first_error_line("noise\nxlasim: DeadlockError: rank 1 waits\nlater") == (
         "DeadlockError: rank 1 waits"

@@ -150,7 +150,9 @@ def _pytest_rows(job: Job, outcome: Outcome) -> list[Row]:
         result, reason = failure(job, job.rel, text, error)
         return [_row(job, result, outcome.seconds, reason)]
     rows = [_case_row(job, case) for case in cases]
-    if status not in (0, 1):  # died at exit, or an internal or usage error: say so
+    if status not in (0, 1) and not (status == 2 and _collection_failed(cases)):
+        # Died at exit, or an internal or usage error: say so. (2 after a collection error is
+        # pytest's "Interrupted", and the error's own row already says why.)
         error = crash or f"pytest exit status {status}: {first_error_line(text) or last_line(text)}"
         rows.append(_row(job, CRASHED if crash else FAILED, outcome.seconds, error))
     return rows
@@ -161,6 +163,13 @@ def crashed_test(job: Job, outcome: Outcome) -> str | None:
     if job.mode != PYTEST or outcome.timed_out or outcome.junit or not outcome.started:
         return None
     return outcome.started[-1] if crash_reason(outcome.status, outcome.output) else None
+
+
+def _collection_failed(cases: list[ET.Element]) -> bool:
+    """Whether junit has a collection error (a module that could not be imported, for one)."""
+    return any(
+        error.get("message") == "collection failure" for c in cases for error in c.iter("error")
+    )
 
 
 def _junit_cases(path: Path) -> list[ET.Element]:
