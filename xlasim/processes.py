@@ -35,7 +35,8 @@ from typing import Any
 
 from . import shared_payloads, worker
 from .errors import WorldAbortedError, XlasimError
-from .rendezvous import Run, rank_span
+from .hang_report import rank_span
+from .rendezvous import Run
 from .topology import Topology
 from .zygote import zygote
 

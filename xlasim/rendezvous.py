@@ -19,14 +19,16 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
+from . import hang_report
 from .errors import (
     CollectiveMismatchError,
     CollectiveTimeoutError,
     DeadlockError,
     WorldAbortedError,
 )
+from .hang_report import RankReporter, rank_span
 from .outcome import RESULT_ONLY, Collect, RankOutcome
 from .topology import Topology
 
@@ -57,14 +59,6 @@ class _Slot:
 
 
 RUNNING, WAITING, DONE, FAILED = "running", "waiting", "done", "failed"
-
-
-class RankReporter(Protocol):
-    """Where a rank is right now, for hang reports (ranks may live in other processes)."""
-
-    def location(self, rank: int) -> str: ...
-
-    def stack(self, rank: int) -> str: ...
 
 
 @dataclass
@@ -224,7 +218,7 @@ class Run(RunObjects):
             return
         lines = "\n".join(
             f"  {rank_span(ranks)}: {description}"
-            for description, ranks in _by_description(calls).items()
+            for description, ranks in hang_report.by_description(calls).items()
         )
         error = CollectiveMismatchError(
             f"ranks {list(slot.participants)} met at the same collective with calls that do not "
@@ -285,16 +279,9 @@ class Run(RunObjects):
         stranded = self._stranded_slots(finished)
         if running and not stranded:
             return
-        lines = "\n".join(
-            f"  {rank_span(ranks)} wait{'s' if len(ranks) == 1 else ''} in {description}"
-            for description, ranks in _by_description(
-                {r: self._states[r].call for r in waiting}
-            ).items()
+        lines = hang_report.where_ranks_wait(
+            {r: self._states[r].call for r in waiting}, running, finished
         )
-        if running:
-            lines += f"\n  {rank_span(running)} had not reached a collective yet"
-        if finished:
-            lines += f"\n  {rank_span(finished)} returned from the function"
         if stranded:
             error: Exception = CollectiveMismatchError(f"{stranded}:\n{lines}")
         else:
@@ -332,48 +319,11 @@ class Run(RunObjects):
         )
 
     def describe_ranks(self) -> str:
-        """Where every rank is, with Python stacks: the body of hang reports.
-
-        Ranks that are not in a wait come first, each with its stack; ranks waiting in the
-        same call are listed together with the stack of the first of them.
-        """
-        parts = []
-        reporter = self.reporter
-        for rank, state in enumerate(self._states):
-            if state.status == RUNNING:
-                where = reporter.location(rank) if reporter else "an unknown line"
-                parts.append(f"--- rank {rank} never arrived; it is running at {where}")
-                if reporter:
-                    parts.append(reporter.stack(rank).rstrip())
-        waiting = {r: s.call for r, s in enumerate(self._states) if s.status == WAITING and s.call}
-        for description, ranks in _by_description(waiting).items():
-            parts.append(
-                f"--- {rank_span(ranks)} wait{'s' if len(ranks) == 1 else ''} in {description}"
-            )
-            if reporter:
-                parts.append(reporter.stack(ranks[0]).rstrip())
-        finished = [r for r, s in enumerate(self._states) if s.status in (DONE, FAILED)]
-        if finished:
-            parts.append(f"--- {rank_span(finished)} returned from the function")
-        return "\n".join(parts)
-
-
-def _by_description(calls: dict[int, Call]) -> dict[str, list[int]]:
-    grouped: dict[str, list[int]] = {}
-    for rank in sorted(calls):
-        grouped.setdefault(calls[rank].describe(), []).append(rank)
-    return grouped
-
-
-def rank_span(ranks: Sequence[int]) -> str:
-    """`rank 3` or `ranks 0-5, 7`: compact enough for 64-core reports."""
-    spans: list[str] = []
-    start = previous = ranks[0]
-    for rank in [*ranks[1:], None]:
-        if rank is not None and rank == previous + 1:
-            previous = rank
-            continue
-        spans.append(str(start) if start == previous else f"{start}-{previous}")
-        if rank is not None:
-            start = previous = rank
-    return f"rank{'s' if len(ranks) > 1 else ''} {', '.join(spans)}"
+        """Where every rank is, with Python stacks: the body of hang reports (`hang_report`)."""
+        states = list(enumerate(self._states))
+        return hang_report.describe_ranks(
+            running=[r for r, s in states if s.status == RUNNING],
+            waiting={r: s.call for r, s in states if s.status == WAITING and s.call},
+            finished=[r for r, s in states if s.status in (DONE, FAILED)],
+            reporter=self.reporter,
+        )

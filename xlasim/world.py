@@ -25,8 +25,9 @@ from .errors import (
     WorldAbortedError,
     launch_inside_rank,
 )
+from .hang_report import rank_span
 from .outcome import RESULT_ONLY, Collect, RankOutcome
-from .rendezvous import Run, rank_span
+from .rendezvous import Run
 from .threads import ThreadRanks
 from .topology import Topology
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from _pytest.outcomes import Skipped, XFailed
 
-from xlasim.rendezvous import rank_span as span
+from xlasim.hang_report import rank_span as span
 
 from ..errors import RankFailedError, XlasimError
 from ..frames import has_user_frames
