@@ -17,7 +17,7 @@ def _why_not_here(config) -> str | None:
     if os.environ.get("PJRT_DEVICE", "CPU").startswith("TPU"):
         return "xlasim's own tests need emulation, not a TPU"
     if config.pluginmanager.has_plugin("xlasim"):
-        from xlasim.pytest_plugin.backend_choice import backend_key
+        from xlasim.pytest_plugin.session import backend_key
 
         if config.stash.get(backend_key, "emulated") == "native":
             return "xlasim's own tests need emulation; this session runs the native backend"
@@ -28,7 +28,7 @@ def _session_slice_is_set(config) -> bool:
     """Whether a setting (--xla-devices, ...) chose the session's slice before collection."""
     if not config.pluginmanager.has_plugin("xlasim"):
         return False
-    from xlasim.pytest_plugin.backend_choice import is_active
+    from xlasim.pytest_plugin.session import is_active
 
     return is_active(config)
 

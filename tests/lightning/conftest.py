@@ -12,7 +12,7 @@ def not_native(request) -> None:
     session runs on, so running it again in CI's native step would only repeat the emulated one."""
     config = request.config
     if config.pluginmanager.has_plugin("xlasim"):
-        from xlasim.pytest_plugin.backend_choice import backend_key
+        from xlasim.pytest_plugin.session import backend_key
 
         if config.stash.get(backend_key, "emulated") == "native":
             pytest.skip(

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from xlasim.pytest_plugin.options import resolve
+from xlasim.pytest_plugin.settings import resolve
 
 
 class FakeConfig:

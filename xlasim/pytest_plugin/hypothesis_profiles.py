@@ -21,12 +21,11 @@ is loaded on top of them, keeping what `ci` sets (derandomized examples, printed
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import pytest
 
-from .backend_choice import backend_key, is_active, woken_by_key
+from .session import backend_key, is_active, woken_by_key
 
 PROFILES = {"emulated": "xla-emulated", "native": "xla-tpu"}
 #: Profiles Hypothesis loads by itself; anything else was the user's choice.
@@ -112,12 +111,3 @@ def _rebase(item: pytest.Item, old: Any, new: Any) -> None:
         if getattr(own, name) != getattr(old, name)
     }
     function._hypothesis_internal_use_settings = settings(new, **changed)
-
-
-def describe(config: pytest.Config) -> str | None:
-    """`xlasim: hypothesis profile xla-emulated` (None without Hypothesis or while dormant)."""
-    if not is_active(config) or "hypothesis" not in sys.modules:
-        return None
-    from hypothesis import settings
-
-    return f"xlasim: hypothesis profile {settings.get_current_profile_name()}"

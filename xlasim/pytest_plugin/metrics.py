@@ -36,10 +36,10 @@ from collections.abc import Generator
 import pytest
 
 from ..counters import COMPILED_GRAPHS, FALLBACK_PREFIX
-from .backend_choice import executor
 from .outcomes import outcomes_key
-from .ranks import world_size
+from .session import executor
 from .session_counts import SessionCounts
+from .world_sizes import world_size
 
 
 class XlaMetricsError(AssertionError):

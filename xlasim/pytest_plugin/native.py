@@ -33,9 +33,9 @@ from ..frames import PACKAGE_DIR
 from ..outcome import RankOutcome
 from .hardware import local_devices, platform
 from .native_worker import STACK_SIGNAL, serve
-from .options import Settings
 from .remote import FailureStyle, pack
 from .session_counts import SessionCounts
+from .settings import Settings
 
 #: Bound on starting the workers (process start, torch_xla import, runtime start).
 START_TIMEOUT_S = 180.0

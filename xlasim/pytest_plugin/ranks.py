@@ -17,16 +17,13 @@ from typing import Any
 import pytest
 
 from ..errors import XlasimError
-from . import markers
-from .backend_choice import executor, is_active, is_xdist_controller, run_ranks
-from .fixtures import RankPlaceholder, XlaRank
+from . import marker_args
+from .handles import RankPlaceholder, XlaRank
 from .outcomes import outcomes_key, settle
 from .remote import NotPicklableError
+from .session import executor, is_active, is_xdist_controller, run_ranks
 from .timeouts import timeout_for
-
-_SIZE_PARAM = "_xla_world_size"
-#: Tests skipped for the slice's size, by why: {"need 8 cores": 12, ...} (see `reporting`).
-size_skips_key = pytest.StashKey[dict[str, int]]()
+from .world_sizes import SIZE_PARAM, size_skip, size_skips_key, world_size
 
 
 @pytest.fixture(autouse=True)
@@ -37,60 +34,12 @@ def _xla_world_size(request: pytest.FixtureRequest) -> int | None:
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     marker = metafunc.definition.get_closest_marker("xla")
-    if not markers.checked(marker):  # a bad marker stops the collection (`markers`)
+    if not marker_args.checked(marker):  # a bad marker stops the collection (`markers`)
         return
-    devices = markers.devices(marker)  # type: ignore[arg-type]
+    devices = marker_args.devices(marker)  # type: ignore[arg-type]
     if isinstance(devices, list):
         ids = [f"{n}dev" for n in devices]
-        metafunc.parametrize(_SIZE_PARAM, devices, indirect=True, ids=ids)
-
-
-def world_size(item: pytest.Item) -> int:
-    """How many ranks a marked test runs on."""
-    callspec = getattr(item, "callspec", None)
-    if callspec is not None and _SIZE_PARAM in callspec.params:
-        return callspec.params[_SIZE_PARAM]
-    devices = markers.devices(item.get_closest_marker("xla"))  # type: ignore[arg-type]
-    return executor(item.config).size if devices is None else devices  # type: ignore[return-value]
-
-
-def least_devices(item: pytest.Item) -> int | None:
-    """The least number of cores a test runs on (`xla(min_devices=N)`, `xla_min_devices(N)`)."""
-    found = [
-        markers.min_devices(mark)
-        for name in ("xla", "xla_min_devices")
-        for mark in item.iter_markers(name)
-    ]
-    found = [n for n in found if n is not None]
-    return max(found) if found else None
-
-
-def size_skip(item: pytest.Item, available: int, sub_worlds: bool, backend: str):
-    """Why this session's slice cannot run the test, as (tally key, reason), or None."""
-    least = least_devices(item)
-    if least is not None and least > available:
-        return (
-            f"need at least {least} cores",
-            f"needs at least {least} XLA cores, this session has {available} "
-            f"(--xla-devices={least} or more to run it)",
-        )
-    if item.get_closest_marker("xla") is None:
-        return None
-    needed = world_size(item)
-    if needed > available:
-        return (
-            f"need exactly {needed} cores",
-            f"needs {needed} XLA cores, this session has {available} "
-            f"(--xla-devices={needed} or more to run it)",
-        )
-    if needed < available and not sub_worlds:
-        cores = f"{needed} core{'s' if needed != 1 else ''}"
-        return (
-            f"run on a sub-world of {cores}",
-            f"runs on a sub-world of {cores}; the {backend} backend "
-            f"runs every one of its {available} cores",
-        )
-    return None
+        metafunc.parametrize(SIZE_PARAM, devices, indirect=True, ids=ids)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

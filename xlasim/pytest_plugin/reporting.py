@@ -11,6 +11,7 @@ plugin that noticed them would only hide it.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Generator, Sequence
 from importlib import metadata
 
@@ -21,9 +22,6 @@ from _pytest._io import TerminalWriter
 from ..errors import RankFailedError, XlasimError
 from ..frames import first_user
 from ..outcome import RankOutcome
-from . import hypothesis_profiles
-from .backend_choice import backend_key, executor, is_active, topology_description, woken_by_key
-from .options import resolve
 from .outcomes import (
     CORE_RUN_CONVENTION,
     RanksFailed,
@@ -32,7 +30,9 @@ from .outcomes import (
     outcomes_key,
     span,
 )
-from .ranks import size_skips_key
+from .session import backend_key, executor, is_active, topology_description, woken_by_key
+from .settings import resolve
+from .world_sizes import size_skips_key
 
 
 def _version(distribution: str) -> str:
@@ -56,10 +56,19 @@ def header(config: pytest.Config) -> str:
     )
 
 
+def hypothesis_profile(config: pytest.Config) -> str | None:
+    """`xlasim: hypothesis profile xla-emulated` (None without Hypothesis or while dormant)."""
+    if not is_active(config) or "hypothesis" not in sys.modules:
+        return None
+    from hypothesis import settings
+
+    return f"xlasim: hypothesis profile {settings.get_current_profile_name()}"
+
+
 def pytest_report_header(config: pytest.Config) -> list[str]:
     if not is_active(config):
         return []
-    profile = hypothesis_profiles.describe(config)
+    profile = hypothesis_profile(config)
     return [header(config), *([profile] if profile else [])]
 
 
@@ -99,7 +108,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         return
     if woken_by_key in config.stash:
         write_line(config, header(config))
-        profile = hypothesis_profiles.describe(config)
+        profile = hypothesis_profile(config)
         if profile:
             write_line(config, profile)
     skips = size_skips(config)

@@ -34,11 +34,10 @@ from typing import Any
 
 import pytest
 
-from .backend_choice import is_active, is_xdist_controller
-from .options import resolve
+from .session import is_active, is_xdist_controller
+from .settings import resolve
+from .spmd_workers import SESSION_ENV, spmd_world_of
 
-#: The environment variable that makes a child pytest session an SPMD world (JSON).
-SESSION_ENV = "XLASIM_SPMD_SESSION"
 #: How often the parent looks at the child's reports.
 _POLL_S = 0.2
 
@@ -212,8 +211,6 @@ class _Child:
         self._records = Path(tempfile.mkstemp(prefix="xlasim-spmd-", suffix=".jsonl")[1])
 
     def _environment(self) -> dict[str, str]:
-        from .spmd import spmd_world_of
-
         devices, topology = spmd_world_of(self._config)
         session = {
             "devices": devices,

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from ..topology import Topology
-from .spmd_files import SESSION_ENV
+from .spmd_workers import SESSION_ENV
 
 _session: dict[str, Any] = json.loads(os.environ[SESSION_ENV])
 

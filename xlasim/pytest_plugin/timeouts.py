@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from . import markers
-from .options import resolve
+from . import marker_args
+from .settings import resolve
 
 
 def timeout_for(item: pytest.Item) -> float:
@@ -19,7 +19,7 @@ def timeout_for(item: pytest.Item) -> float:
     session's. Markers were checked at collection (`markers`)."""
     for mark in item.iter_markers():
         if mark.name in ("xla", "xla_timeout"):
-            seconds = markers.timeout(mark)
+            seconds = marker_args.timeout(mark)
             if seconds is not None:
                 return seconds
     return resolve(item.config).timeout

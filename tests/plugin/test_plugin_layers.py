@@ -1,0 +1,78 @@
+"""The plugin's layers: hook modules on top of library modules, and the backend behind a hook.
+
+As in pytest-xdist, the modules pytest registers (listed in `xlasim/pytest_plugin/__init__.py`)
+hold hooks and fixtures; what they share lives in library modules that register nothing. A hook
+module that imported another would make the order pytest registers them in matter, and hide
+where a function lives. The backend is chosen by the `pytest_xlasim_choose_backend` hook, so a
+plugin can decide it (xlasim's own answer comes last).
+"""
+
+import ast
+from pathlib import Path
+
+import xlasim.pytest_plugin
+
+PLUGIN = Path(xlasim.pytest_plugin.__file__).parent
+
+
+def hook_modules() -> list[str]:
+    """The modules `__init__.py` lists for pytest to register, by their names in the package."""
+    return [name.rpartition(".")[2] for name in xlasim.pytest_plugin.pytest_plugins]
+
+
+def imported_siblings(path: Path) -> set[str]:
+    """The package modules a module imports (`from .x import y`, `from . import x`)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            found.update([node.module] if node.module else [a.name for a in node.names])
+    return found
+
+
+def test_no_module_imports_a_hook_module() -> None:
+    hooks = set(hook_modules())
+    assert {"backend_choice", "ranks", "spmd", "reporting"} <= hooks  # the list was read
+    offenders = {
+        path.stem: sorted(imported_siblings(path) & hooks)
+        for path in PLUGIN.glob("*.py")
+        if path.stem != "__init__" and imported_siblings(path) & hooks
+    }
+    assert offenders == {}, f"modules importing hook modules: {offenders}"
+
+
+CHOOSER = """
+def pytest_xlasim_choose_backend(config, asked):
+    return {"native": "emulated", "auto": None}.get(asked, "tpu")
+"""
+
+
+def test_a_plugin_chooses_the_backend(pytester, inner_environment) -> None:
+    pytester.makepyfile(chooser=CHOOSER, test_x="def test_x(): pass")
+    inner_environment.setenv("PYTHONPATH", str(pytester.path))
+
+    def session(*args: str):
+        return pytester.runpytest_subprocess(
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "chooser",
+            "--co",
+            "--xla-devices=2",
+            *args,
+            timeout=300,
+        )
+
+    # Asked for native on a machine without a TPU, the plugin's answer wins: emulated.
+    session("--xla-backend=native").stdout.fnmatch_lines(
+        ["xlasim: backend emulated, 2 XLA devices*"]
+    )
+    # None leaves the choice to xlasim's own implementation (auto on a CPU: emulated).
+    session().stdout.fnmatch_lines(["xlasim: backend emulated, 2 XLA devices*"])
+    wrong = session("--xla-backend=emulated")
+    wrong.stderr.fnmatch_lines(
+        [
+            "ERROR: xlasim: pytest_xlasim_choose_backend returned 'tpu'; a backend is one of "
+            "emulated, native"
+        ]
+    )
+    assert wrong.ret == 4  # pytest's usage-error exit code
