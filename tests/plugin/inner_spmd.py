@@ -70,6 +70,13 @@ def test_spmd_given(xla_mesh, scale):  # Hypothesis draws in the worker: the bod
     assert torch.equal((xa * 2).cpu(), a * 2)
 
 
+@given(st.just(0))
+@pytest.mark.xla(spmd=True)
+def test_spmd_session_profile(zero):  # drawn in the worker, under the session's profile
+    assert settings.get_current_profile_name().startswith("xla-"), settings.default
+    assert settings.default.deadline is None
+
+
 def test_mesh_unmarked(xla_mesh):
     pass  # an error at setup: a mesh needs SPMD
 

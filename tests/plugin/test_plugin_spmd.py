@@ -15,6 +15,7 @@ EMULATED = {
     "test_replica_between": "PASSED",
     "test_spmd_any_size": "PASSED",
     "test_spmd_given": "PASSED",
+    "test_spmd_session_profile": "PASSED",
     "test_mesh_unmarked": "ERROR",
     "test_plain_calls_use_spmd": "FAILED",
     "test_rank_calls_use_spmd": "FAILED",

@@ -7,7 +7,8 @@ runtime started), takes the pytest process's environment and import path, gives 
 client every device of the slice (`CPU_NUM_DEVICES`), puts on the slice's TPU identity
 (`xlasim.queries`), turns SPMD on, and then serves tests: each arrives as a `remote.Job` (the
 test function and its fixture values, pickled in the parent) and leaves as the core's
-`RankOutcome`, failure rendered here as pytest renders it. Natively it keeps the environment
+`RankOutcome`, failure rendered here as pytest renders it. `@given` tests draw here, under
+the session's Hypothesis profile. Natively it keeps the environment
 it was given (the real device) and puts on no identity.
 """
 
@@ -18,6 +19,7 @@ import signal
 import sys
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from typing import Any
 
 from ..outcome import Collect, call
 from ..topology import Topology
@@ -35,6 +37,9 @@ class SpmdSpec:
     environment: dict[str, str]
     sys_path: list[str]
     cwd: str
+    #: The session's Hypothesis profile (name, settings), if it uses Hypothesis: loaded here
+    #: before any test module is imported, since `@given` tests take their settings then.
+    hypothesis_profile: tuple[str, Any] | None = None
 
 
 def main(spec: SpmdSpec, control: Connection) -> None:
@@ -47,6 +52,12 @@ def main(spec: SpmdSpec, control: Connection) -> None:
         if path not in sys.path:
             sys.path.insert(0, path)
     os.chdir(spec.cwd)
+    if spec.hypothesis_profile is not None:
+        from hypothesis import settings
+
+        name, chosen = spec.hypothesis_profile
+        settings.register_profile(name, chosen)
+        settings.load_profile(name)
     output.install()
     control.send(("ready", spmd.start_world(spec.topology, spec.devices)))
     while True:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import os
+import pickle
 import signal
 import sys
 from collections.abc import Callable
@@ -54,6 +55,22 @@ def _how_it_ended(exitcode: int | None) -> str:
     return f"exited with code {exitcode}"
 
 
+def _hypothesis_profile() -> tuple[str, Any] | None:
+    """The session's Hypothesis profile (name, settings) for the SPMD worker, or None when the
+    session has not imported Hypothesis. A database that cannot be pickled stays here (the
+    worker then keeps no examples); every other setting goes."""
+    if "hypothesis" not in sys.modules:
+        return None
+    from hypothesis import settings
+
+    chosen = settings.default
+    try:
+        pickle.dumps(chosen)
+    except Exception:
+        chosen = settings(chosen, database=None)
+    return settings.get_current_profile_name(), chosen
+
+
 class _Worker:
     """One SPMD worker process and the pipe it is driven through."""
 
@@ -62,7 +79,9 @@ class _Worker:
         from .spmd_worker import SpmdSpec, main
 
         context = zygote()
-        spec = SpmdSpec(devices, topology, dict(os.environ), list(sys.path), os.getcwd())
+        spec = SpmdSpec(
+            devices, topology, dict(os.environ), list(sys.path), os.getcwd(), _hypothesis_profile()
+        )
         self.devices = devices
         self.control, child = context.Pipe()
         self.process = context.Process(
