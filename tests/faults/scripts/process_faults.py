@@ -48,6 +48,10 @@ def report(step, started, **fields):
 
 
 def main():
+    # A shell starts a background job (`cmd &` in a script, a CI step's subshell) with SIGINT
+    # ignored, and children inherit that: Ctrl-C would then do nothing here. The steps press
+    # Ctrl-C as a terminal does for a foreground job, so Python's own handler is put back.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     devices, processes, hosts = (int(a) for a in sys.argv[1:4])
     xlasim.emulate(devices=devices, processes=processes, hosts=hosts)
     world = xlasim.world()
