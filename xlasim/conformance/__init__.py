@@ -58,7 +58,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--json", type=Path, metavar="FILE", default=None, help="also write the rows to FILE"
     )
     parser.add_argument(
-        "--suite", choices=sorted(SUITES), default="mp", help="which files (default mp)"
+        "--suite",
+        choices=sorted(SUITES),
+        default="mp",
+        help="which files: mp (replica-style: test_mp_*, torch_distributed/, ...), spmd "
+        "(spmd/test_*.py), all (default mp)",
     )
     parser.add_argument(
         "--logs",
