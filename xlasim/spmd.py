@@ -6,7 +6,8 @@ one replica of a replica-style program: SPMD inside it would turn its process (a
 other ranks, or the launching process in the threads mode) into an SPMD process for every launch
 after it. So `xr.use_spmd()` is refused inside a rank, with an error that says what to do, and
 wherever the pytest plugin refuses it (its own process, which later tests share); anywhere else,
-such as a script under `xlasim run`, it is torch_xla's own.
+such as a script under `xlasim run`, it is torch_xla's own, and then the runtime starts at once
+on the CPU client so that `PJRT_DEVICE` can say TPU, as on a TPU VM.
 """
 
 from __future__ import annotations
@@ -58,7 +59,12 @@ def _guarded(original: Callable[..., Any]) -> Callable[..., Any]:
             )
         if not _allowed and _refusal is not None:
             raise SpmdRefusedError(f"xr.use_spmd() called here: {_refusal}")
-        return original(*args, **kwargs)
+        result = original(*args, **kwargs)
+        from . import activation
+
+        if activation.is_emulated():  # a script's SPMD program over the emulated slice
+            _say_tpu_once_started()
+        return result
 
     use_spmd.__doc__ = original.__doc__
     use_spmd.__wrapped__ = original  # type: ignore[attr-defined]
@@ -100,12 +106,20 @@ def start_world(topology: Topology | None, devices: int) -> int:
     import torch_xla.runtime as xr
 
     xr.use_spmd()
-    count = xr.global_runtime_device_count()  # the runtime has started: it read PJRT_DEVICE
     if topology is not None:
-        # What a TPU VM's environment says; torch_xla's debugging labels devices from it
-        # (visualize_sharding). Child processes must not emulate from here (emulate() refuses).
-        os.environ["PJRT_DEVICE"] = "TPU"
-    return count
+        _say_tpu_once_started()
+    return xr.global_runtime_device_count()
+
+
+def _say_tpu_once_started() -> None:
+    """Start the runtime on the CPU client (it reads `PJRT_DEVICE=CPU` once, at its start), then
+    let `PJRT_DEVICE` say TPU, as a TPU VM's environment does: SPMD code compares it with the
+    device's hardware (`xm.xla_device_hw`) and torch_xla's debugging labels devices from it
+    (visualize_sharding). Child processes must not emulate from here (emulate() refuses)."""
+    import torch_xla.runtime as xr
+
+    xr.global_runtime_device_count()
+    os.environ["PJRT_DEVICE"] = "TPU"
 
 
 def _put_on_identity() -> None:
