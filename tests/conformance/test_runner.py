@@ -29,7 +29,7 @@ from xlasim.conformance.classify import (
 )
 from xlasim.conformance.discovery import PYTEST, SCRIPT, Job, discover, modes
 from xlasim.conformance.execution import Outcome
-from xlasim.conformance.reasons import first_error_line
+from xlasim.conformance.reasons import first_error_line, unittest_summary
 from xlasim.conformance.table import failing
 
 #: Two cores as threads of one process: the cheapest slice on which collectives mean something.
@@ -464,3 +464,14 @@ def test_first_error_line_prefers_xlasim_then_the_failing_test() -> None:
     assert first_error_line("ERROR:absl:Test must be launched with torchrun!") == (
         "Test must be launched with torchrun!"
     )
+
+
+def test_unittest_verdict_found_between_other_ranks_lines() -> None:
+    """Every rank of a torchrun file runs unittest into one stream: another rank's lines may
+    fall between "Ran N tests" and the verdict (seen once in a suite run)."""
+    interleaved = "Ran 2 tests in 0.5s\n\n[rank 1 output]\nRan 2 tests in 0.6s\nOK\n\nOK\n"
+    assert unittest_summary(interleaved) == "; ran 2 tests: OK"
+    assert unittest_summary("Ran 3 tests in 1s\n\nFAILED (failures=1)\n") == (
+        "; ran 3 tests: FAILED (failures=1)"
+    )
+    assert unittest_summary("Ran 3 tests in 1s\n\nOKAY then\n") == ""

@@ -113,10 +113,17 @@ def _first_exception(lines: list[str]) -> str | None:
     return None
 
 
+#: unittest's "Ran N tests in T" and the verdict under it. Ranks writing to one stream (a
+#: torchrun file: every rank runs unittest) may put other lines between the two.
+_UNITTEST_VERDICT = re.compile(
+    r"^Ran (\d+) tests? in .*$(?:\n(?!Ran \d).*)*?\n((?:OK|FAILED)\b.*)$", re.M
+)
+
+
 def unittest_summary(text: str) -> str:
     """unittest's verdict ("ran 4 tests: FAILED (failures=3)"), as a suffix for a reason (empty
     when the output has none)."""
-    found = re.findall(r"^Ran (\d+) tests? in .*\n\s*\n((?:OK|FAILED).*)$", text, re.M)
+    found = _UNITTEST_VERDICT.findall(text)
     if not found:
         return ""
     ran, verdict = found[-1]
