@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import queue
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -72,6 +73,7 @@ class RankThread:
             finally:
                 fresh.release_process_groups()
                 context.bind(None)
+                _flush_std_streams()
             run.finish(ended)
 
     def _call(
@@ -101,6 +103,16 @@ class RankThread:
 
     def stack(self) -> str:
         return thread_stack(self.thread)
+
+
+def _flush_std_streams() -> None:
+    """Put out what the rank printed before its launch returns. A TPU process flushes at its
+    exit, which ends the launch; a worker process outlives launches, and its stdout is a
+    buffered pipe, so without this the prints would come out at some later launch or at the
+    worker's exit (lost if it is stopped by a signal)."""
+    for stream in (sys.stdout, sys.stderr):
+        with suppress(Exception):  # a closed or replaced stream is not the rank's to mend
+            stream.flush()
 
 
 class ThreadRanks:

@@ -131,13 +131,49 @@ def test_a_script_that_emulates_at_its_top_runs_in_isolated_ranks(tmp_path):
         "import torch_xla\n"
         "import torch_xla.runtime as xr\n"
         "def fn(i):\n"
-        "    print('rank', xr.global_ordinal(), 'of', xr.world_size())\n"
+        "    print(f'rank {xr.global_ordinal()} of {xr.world_size()}')\n"
         "if __name__ == '__main__':\n"
         "    torch_xla.launch(fn)\n"
     )
     done = python(str(script))
     assert done.returncode == 0, done.stderr[-3000:]
     assert sorted(re.findall(r"rank \d of 2", done.stdout)) == ["rank 0 of 2", "rank 1 of 2"]
+
+
+def test_what_ranks_print_is_out_when_their_launch_returns(tmp_path):
+    """A worker process's stdout is a buffered pipe, and workers outlive launches: a rank's
+    prints must be out when its launch returns (a TPU process flushes them at its exit, which
+    ends the launch there), whatever happens to the worker later (here: killed at once)."""
+    script = tmp_path / "prints.py"
+    script.write_text(
+        "import os, signal\n"
+        "import xlasim\n"
+        "xlasim.emulate(devices=2)\n"
+        "import torch_xla\n"
+        "import torch_xla.runtime as xr\n"
+        "def fn(i):\n"
+        "    print(f'rank {xr.global_ordinal()} printed')\n"
+        "if __name__ == '__main__':\n"
+        "    torch_xla.launch(fn)\n"
+        "    os.killpg(0, signal.SIGKILL)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        env={
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("XLASIM_", "PJRT_")) and k != "PYTHONUNBUFFERED"
+        },
+        timeout=300,
+        start_new_session=True,  # the script's process group is its own to kill
+    )
+    assert done.returncode == -9, done.stderr[-3000:]
+    assert sorted(re.findall(r"rank \d printed", done.stdout)) == [
+        "rank 0 printed",
+        "rank 1 printed",
+    ]
 
 
 def test_runtime_started_with_another_count_is_a_clear_error():
