@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from xlasim.activation import BYTES_PER_PROCESS_CORE
+from xlasim.activation import BYTES_PER_PROCESS_CORE, available_memory
 
 ROOT = Path(__file__).resolve().parents[2]
 MNIST = ROOT / "fixtures" / "mnist_xla.py"
@@ -213,7 +213,8 @@ def test_world_of_64_cores_completes_an_all_reduce(tmp_path, processes):
         r"DeviceCountError: 64 emulated cores do not fit .* at most (\d+);", done.stderr
     )
     if refused:  # other programs hold the memory now: the refusal must say what fits now
-        fits, available = int(refused.group(1)), _available_bytes()
+        fits, available = int(refused.group(1)), available_memory()
+        assert available is not None, "no MemAvailable on this machine"
         assert fits >= available // BYTES_PER_PROCESS_CORE // 2, (fits, available)
         pytest.skip(
             f"64 isolated cores need ~12 GiB; other programs left {available / 2**30:.1f} GiB "
@@ -221,12 +222,3 @@ def test_world_of_64_cores_completes_an_all_reduce(tmp_path, processes):
         )
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"[{float(sum(range(64)))}] 64" in done.stdout
-
-
-def _available_bytes() -> int:
-    """The kernel's estimate of memory available without swapping (MemAvailable)."""
-    with open("/proc/meminfo") as meminfo:
-        for line in meminfo:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no MemAvailable in /proc/meminfo")
