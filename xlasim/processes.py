@@ -152,11 +152,25 @@ def _loopback_store() -> Any:
     return store
 
 
-def _how_it_ended(exitcode: int | None) -> str:
+#: What a crash of a process that runs several ranks as threads may be (docs/fidelity.md):
+#: torch_xla 2.9 registers each CPU-fallback op's counter in an unguarded map
+#: (`_fallback_counters` in aten_fallback.cpp), so two threads of one process that run an op's
+#: first fallback at once (`.item()`, `nonzero`, ...) can crash or hang it, on a TPU v2/v3 host too.
+_SHARED_PROCESS_CRASH_HINT = (
+    " (its ranks are threads of one process: unless a rank ended it on purpose, torch_xla 2.9 "
+    "crashes this way when two of them run the first CPU fallback of an op at the same time, "
+    "e.g. `.item()` or `nonzero`; see docs/fidelity.md)"
+)
+_CRASH_SIGNALS = (signal.SIGSEGV, signal.SIGABRT)
+
+
+def _how_it_ended(exitcode: int | None, ranks: int) -> str:
     if exitcode is None:
         return "broke its link to this process"
     if exitcode < 0:
-        return f"was killed by {signal.Signals(-exitcode).name}"
+        crashed = -exitcode in _CRASH_SIGNALS
+        hint = _SHARED_PROCESS_CRASH_HINT if ranks > 1 and crashed else ""
+        return f"was killed by {signal.Signals(-exitcode).name}{hint}"
     return f"exited with code {exitcode}"
 
 
@@ -336,7 +350,7 @@ class ProcessRanks:
             run.abort(
                 XlasimError(
                     f"worker process {process.index} ({rank_span(process.ranks)}) "
-                    f"{_how_it_ended(process.process.exitcode)} during the run; the other ranks "
+                    f"{_how_it_ended(process.process.exitcode, len(process.ranks))} during the run; the other ranks "
                     "were released. Where every rank was:\n" + run.describe_ranks()
                 )
             )

@@ -105,6 +105,9 @@ def test_a_rank_that_ends_its_process_is_named_and_the_world_serves_on(outcomes,
         worker = topology(name).process_of(1)
         ranks = "rank 1" if name == "processes" else "ranks 0-1"
         assert f"worker process {worker} ({ranks}) {ended}" in step["error"], step
+        # A crash of a process of several rank threads names torch_xla's fallback-counter race.
+        hinted = how == "abort" and name == "hosts"
+        assert ("first CPU fallback of an op" in step["error"]) == hinted, step
         assert "wait in all_reduce" in step["error"], step  # where the other ranks were
     rerun = outcome.step("rerun", 0 if how == "exit" else 1)
     assert rerun["results"] == [float(SHAPES[name][0])] * SHAPES[name][0]
