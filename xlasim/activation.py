@@ -198,6 +198,14 @@ def process_host() -> int:
     return _process_host
 
 
+def move_to_host(host: int) -> int:
+    """Make this process answer as emulated host `host` (an SPMD world acting for one host of
+    its pod, `spmd.as_host`); returns the host it answered as before."""
+    global _process_host
+    previous, _process_host = _process_host, host
+    return previous
+
+
 def _choose_devices(count: int) -> None:
     os.environ["PJRT_DEVICE"] = "CPU"
     os.environ["CPU_NUM_DEVICES"] = str(count)

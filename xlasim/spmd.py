@@ -13,7 +13,8 @@ on the CPU client so that `PJRT_DEVICE` can say TPU, as on a TPU VM.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from . import context
@@ -27,6 +28,10 @@ MARKER = "@pytest.mark.xla(spmd=True)"
 
 _allowed = False
 _refusal: str | None = None
+#: The emulated pod of this SPMD world (None natively or outside one), and the host that
+#: `as_host` makes it act for (None: the one process it is).
+_pod: Topology | None = None
+_acting_host: int | None = None
 
 
 class SpmdRefusedError(XlasimError):
@@ -95,6 +100,7 @@ def start_world(topology: Topology | None, devices: int) -> int:
     runtime has started on the CPU client, `PJRT_DEVICE` says TPU as on a TPU VM. Natively
     (`topology` None) the environment's own device is used as it is. Then SPMD goes on, for good.
     Returns the runtime's device count."""
+    global _pod
     if topology is not None:
         from . import activation
 
@@ -102,6 +108,7 @@ def start_world(topology: Topology | None, devices: int) -> int:
         os.environ["CPU_NUM_DEVICES"] = str(devices)
         activation.enter_worker(topology, 0)
         _put_on_identity()
+        _pod = topology
     allow()
     import torch_xla.runtime as xr
 
@@ -133,3 +140,81 @@ def _put_on_identity() -> None:
     xr.device_type = lambda: queries.DEVICE_TYPE
     for owner, name, replacement in queries.identity_patches():
         setattr(owner, name, replacement)
+    for name, acting in _HOST_QUERIES.items():
+        setattr(xr, name, _while_acting(acting, getattr(xr, name)))
+
+
+#: The process queries a pod's host answers for itself: on a TPU pod SPMD runs one process per
+#: host, so host h's process is process h of `hosts`.
+_HOST_QUERIES: dict[str, Callable[[int, Topology], int]] = {
+    "process_index": lambda host, pod: host,
+    "host_index": lambda host, pod: host,
+    "process_count": lambda host, pod: pod.hosts,
+}
+
+
+def _while_acting(
+    acting: Callable[[int, Topology], int], original: Callable[..., Any]
+) -> Callable[..., Any]:
+    def query(*args: Any, **kwargs: Any) -> Any:
+        if _acting_host is None or _pod is None:
+            return original(*args, **kwargs)
+        return acting(_acting_host, _pod)
+
+    query.__name__ = original.__name__
+    query.__doc__ = original.__doc__
+    query.__wrapped__ = original  # type: ignore[attr-defined]
+    return query
+
+
+def hosts() -> range:
+    """The hosts whose branches this process can run with `as_host`: every host of an emulated
+    pod's SPMD world, and natively (a TPU VM: one process per host) only its own, so a loop
+    `for h in hosts(): with as_host(h): ...` is the same test on both."""
+    if _pod is not None:
+        return range(_pod.hosts)
+    import torch_xla.runtime as xr
+
+    own = xr.process_index()
+    return range(own, own + 1)
+
+
+@contextmanager
+def as_host(host: int) -> Iterator[None]:
+    """Run code of a pod's SPMD program that branches on its host, as host `host` runs it.
+
+    On a TPU pod the SPMD program runs once per host, and each host's process answers
+    `xr.process_index()` / `xr.host_index()` with its own index, `xr.process_count()` with the
+    host count, and reads its own TPU metadata (worker id): that is how each host picks its part
+    of the data or of a checkpoint. The emulated pod is one process (docs/fidelity.md), so the
+    host-dependent part runs host by host inside this block, which answers those queries as
+    `host` would. The devices, the mesh and the program stay the whole pod's: what runs here is
+    host `host`'s branch, not host `host`'s process. Anywhere else a process is its own host
+    only, and the block changes nothing for it."""
+    global _acting_host
+    if host not in hosts():
+        where = f"this pod ({_pod.describe()})" if _pod is not None else "this process"
+        raise XlasimError(
+            f"xlasim.spmd.as_host({host}): {where} can act for hosts {_span(hosts())} only "
+            "(every host of an emulated pod's SPMD world; elsewhere, as on a TPU VM, its own)"
+        )
+    if _acting_host is not None:
+        raise XlasimError(
+            f"xlasim.spmd.as_host({host}) inside as_host({_acting_host}): a process is one host"
+        )
+    if _pod is None:
+        yield
+        return
+    from . import activation
+
+    _acting_host = host
+    previous = activation.move_to_host(host)
+    try:
+        yield
+    finally:
+        activation.move_to_host(previous)
+        _acting_host = None
+
+
+def _span(hosts: range) -> str:
+    return str(hosts.start) if len(hosts) == 1 else f"{hosts.start}..{hosts.stop - 1}"

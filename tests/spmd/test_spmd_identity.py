@@ -6,6 +6,7 @@ derived here from the layout docs/spmd.md gives for the preset, not read from th
 """
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -113,3 +114,85 @@ def test_each_slice_of_a_multislice_is_its_own_cloud_tpu_slice() -> None:
         }
     assert identity.worker_hostnames() == ["127.0.0.1", "127.0.0.2"]
     assert "slice_index" not in Identity.of(PRESETS["v5e-8"][0]).device_attributes(0)
+
+
+def test_a_pod_host_branch_runs_as_each_host() -> None:
+    """`xlasim.spmd.as_host(h)`: the one process of an emulated pod's SPMD program answers the
+    process queries and the TPU metadata as host h's process would, for the code that branches
+    on the host (each host loading its half of the global batch here); the program stays the
+    pod's."""
+    got = in_spmd_world(
+        "v4-16",
+        8,
+        """
+        import torch
+        import torch_xla
+        import torch_xla._internal.tpu as tpu
+        import xlasim
+
+        def me():
+            return [xr.process_index(), xr.host_index(), xr.process_count(), tpu.worker_id()]
+
+        GLOBAL = torch.arange(32.0).reshape(8, 4)
+
+        def this_hosts_rows():
+            per_host = GLOBAL.shape[0] // xr.process_count()
+            return GLOBAL[xr.process_index() * per_host : (xr.process_index() + 1) * per_host]
+
+        hosts, parts = [], []
+        for host in spmd.hosts():
+            with spmd.as_host(host):
+                hosts.append(me())
+                parts.append(this_hosts_rows())
+        batch = torch.cat(parts).to(torch_xla.device())
+        xs.mark_sharding(batch, xs.get_1d_mesh("data"), ("data", None))
+        refused = []
+        for misuse in ((2,), (-1,), (0, 1)):
+            try:
+                with spmd.as_host(misuse[0]):
+                    if len(misuse) > 1:
+                        with spmd.as_host(misuse[1]):
+                            pass
+            except xlasim.XlasimError as error:
+                refused.append(str(error))
+        result = {
+            "outside": me(),
+            "hosts": hosts,
+            "batch": (batch * 2).cpu().tolist(),
+            "refused": refused,
+        }
+        """,
+    )
+    # v4-16: 2 hosts of one slice, worker ids 0 and 1; the pod is one process outside the block.
+    assert got["outside"] == [0, 0, 1, 0]
+    assert got["hosts"] == [[0, 0, 2, 0], [1, 1, 2, 1]]
+    assert got["batch"] == [[2.0 * (4 * row + col) for col in range(4)] for row in range(8)]
+    assert len(got["refused"]) == 3
+    assert all("can act for hosts 0..1 only" in refused for refused in got["refused"][:2])
+    assert "inside as_host(0)" in got["refused"][2]
+
+
+def test_elsewhere_a_process_acts_for_its_own_host_only() -> None:
+    """Natively (a TPU VM: one process per host) and outside an SPMD world `as_host` serves the
+    process's own host, unchanged, so the same test loop runs there; another host is refused."""
+    code = textwrap.dedent(
+        """
+        import torch_xla.runtime as xr
+        from xlasim import XlasimError, spmd
+
+        assert list(spmd.hosts()) == [0]
+        with spmd.as_host(0):
+            assert (xr.process_index(), xr.process_count()) == (0, 1)
+        try:
+            with spmd.as_host(1):
+                pass
+        except XlasimError as error:
+            print("REFUSED", error)
+        """
+    )
+    env = {**os.environ, "PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "REFUSED xlasim.spmd.as_host(1): this process can act for hosts 0 only" in done.stdout
