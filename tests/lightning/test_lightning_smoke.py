@@ -106,9 +106,22 @@ class _WorldModel(BoringModel):
         return out
 
 
-def test_trainer_fits_on_every_core(devices, tmp_path):
+def test_trainer_fits_on_every_core(devices, tmp_path, request):
     from lightning.pytorch import Trainer
     from lightning.pytorch.strategies import SingleDeviceXLAStrategy, XLAStrategy
+
+    from xlasim.activation import topology
+
+    if devices > 1 and topology().cores_per_process > 1:
+        request.applymarker(
+            pytest.mark.xfail(
+                strict=True,
+                reason="Lightning bug (docs/lightning.md, 'Trained weights lost when ranks are "
+                "threads of one process'): with several ranks per process (TPU v2/v3 hosts, the "
+                "threads mode) its XLA launcher returns the untrained weights. Strict: a "
+                "Lightning fix turns this into a failure.",
+            )
+        )
 
     model = _WorldModel()
     before = [p.detach().clone() for p in model.parameters()]
