@@ -347,11 +347,12 @@ class ProcessRanks:
             if process.process.is_alive() and process.process.pid not in self._lost:
                 continue
             process.process.join(0.5)
+            ended = _how_it_ended(process.process.exitcode, len(process.ranks))
             run.abort(
                 XlasimError(
-                    f"worker process {process.index} ({rank_span(process.ranks)}) "
-                    f"{_how_it_ended(process.process.exitcode, len(process.ranks))} during the run; the other ranks "
-                    "were released. Where every rank was:\n" + run.describe_ranks()
+                    f"worker process {process.index} ({rank_span(process.ranks)}) {ended} during "
+                    "the run; the other ranks were released. Where every rank was:\n"
+                    + run.describe_ranks()
                 )
             )
 
