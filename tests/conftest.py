@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 import xlasim
-from xlasim.topology import Topology
+from xlasim.base.topology import Topology
 
 CORE_DEVICES = 8
 

@@ -12,8 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .activation import emulate, is_emulated, max_devices, world
-    from .context import RankContext, current
-    from .errors import (
+    from .base.errors import (
         CollectiveMismatchError,
         CollectiveTimeoutError,
         DeadlockError,
@@ -24,8 +23,9 @@ if TYPE_CHECKING:
         WorldAbortedError,
         XlasimError,
     )
-    from .topology import Topology
-    from .world import World
+    from .base.rank_context import RankContext, current
+    from .base.topology import Topology
+    from .ranks.world import World
 
 #: The public names and the modules they live in, imported on first use: importing the package
 #: (as pytest does for the plugin in every session of an environment that has xlasim) must not
@@ -35,19 +35,19 @@ _EXPORTS = {
     "is_emulated": "activation",
     "max_devices": "activation",
     "world": "activation",
-    "RankContext": "context",
-    "current": "context",
-    "CollectiveMismatchError": "errors",
-    "CollectiveTimeoutError": "errors",
-    "DeadlockError": "errors",
-    "DeviceCountError": "errors",
-    "OutsideWorldError": "errors",
-    "RankFailedError": "errors",
-    "RuntimeAlreadyStartedError": "errors",
-    "WorldAbortedError": "errors",
-    "XlasimError": "errors",
-    "Topology": "topology",
-    "World": "world",
+    "RankContext": "base.rank_context",
+    "current": "base.rank_context",
+    "CollectiveMismatchError": "base.errors",
+    "CollectiveTimeoutError": "base.errors",
+    "DeadlockError": "base.errors",
+    "DeviceCountError": "base.errors",
+    "OutsideWorldError": "base.errors",
+    "RankFailedError": "base.errors",
+    "RuntimeAlreadyStartedError": "base.errors",
+    "WorldAbortedError": "base.errors",
+    "XlasimError": "base.errors",
+    "Topology": "base.topology",
+    "World": "ranks.world",
 }
 
 __all__ = [
@@ -71,7 +71,15 @@ __all__ = [
 ]
 
 
+#: Public modules by the name users know them by (`xlasim.spmd.as_host`).
+_MODULES = {"spmd": "emulation.spmd"}
+
+
 def __getattr__(name: str) -> Any:
+    if name in _MODULES:
+        module = importlib.import_module(f"{__name__}.{_MODULES[name]}")
+        globals()[name] = module
+        return module
     module = _EXPORTS.get(name)
     if module is None:  # a submodule: `xlasim.activation` after a bare `import xlasim`
         try:
@@ -86,11 +94,11 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+    return sorted({*globals(), *_EXPORTS, *_MODULES})
 
 
 class _Package(types.ModuleType):
-    """`xlasim.world` is the function `xlasim.world()`, though `xlasim/world.py` is a submodule
+    """`xlasim.world` is the function `xlasim.world()`, though `xlasim/ranks/world.py` is a submodule
     too: loading the submodule binds it on the package, which must not replace the function."""
 
     @property

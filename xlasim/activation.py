@@ -12,17 +12,18 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from . import context, patches
-from .errors import (
+from .base import rank_context
+from .base.errors import (
     DeviceCountError,
     RuntimeAlreadyStartedError,
     XlasimError,
     launch_inside_rank,
 )
-from .topology import Topology, preset
+from .base.topology import Topology, preset
+from .emulation import patches
 
 if TYPE_CHECKING:  # the world's modules import torch: not before the zygote has started
-    from .world import World
+    from .ranks.world import World
 
 DEVICES_ENV = "XLASIM_DEVICES"
 PROCESSES_ENV = "XLASIM_PROCESSES"
@@ -135,7 +136,7 @@ def emulate(
     else:
         _choose_devices(count)  # before torch_xla's import picks a platform by itself
     if not wanted.threaded:
-        from .zygote import zygote
+        from .ranks.zygote import zygote
 
         zygote()  # first: its imports (seconds) overlap this process's own, which follow
     _topology = wanted
@@ -228,7 +229,7 @@ def topology() -> Topology:
 def world() -> World:
     """The warm world of emulated ranks, started on first use (and closed at exit)."""
     global _world
-    rank = context.current()
+    rank = rank_context.current()
     if rank is not None:  # before the worker check: a worker's rank is not its import
         raise launch_inside_rank(rank.rank)
     if _in_worker:
@@ -238,7 +239,7 @@ def world() -> World:
             'under `if __name__ == "__main__":` (xmp.spawn on a TPU VM needs that too).'
         )
     if _world is None or _world.topology != topology():
-        from .world import World
+        from .ranks.world import World
 
         if _world is None:
             atexit.register(close_world)

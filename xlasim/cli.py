@@ -20,7 +20,7 @@ import runpy
 import sys
 from collections.abc import Sequence
 
-from .errors import XlasimError
+from .base.errors import XlasimError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -78,7 +78,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def list_topologies() -> str:
-    from .topology import PRESETS
+    from .base.topology import PRESETS
 
     rows = [(name, topology.describe(), note) for name, (topology, note) in PRESETS.items()]
     widths = [max(len(row[i]) for row in rows) for i in range(2)]

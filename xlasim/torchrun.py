@@ -32,8 +32,8 @@ import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 
-from .errors import XlasimError
-from .topology import Topology
+from .base.errors import XlasimError
+from .base.topology import Topology
 
 #: torchrun's defaults for a plain `torchrun --nproc-per-node N script.py`.
 RUN_ID = "none"

@@ -12,8 +12,8 @@ import torch_xla.core.xla_model as xm
 import torch_xla.runtime as xr
 from torch_xla._internal import tpu
 
-from xlasim.identity import GiB, Identity
-from xlasim.topology import PRESETS, Topology
+from xlasim.base.identity import GiB, Identity
+from xlasim.base.topology import PRESETS, Topology
 
 
 def hardware_answers(rank):

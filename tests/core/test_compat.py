@@ -29,7 +29,7 @@ import torch_xla
 import torch_xla.core.xla_model as xm
 import torch_xla.distributed.xla_backend  # registers the `xla` backend
 
-from xlasim import patches
+from xlasim.emulation import patches
 
 COMPAT_TABLE = Path(__file__).resolve().parents[2] / "docs" / "compat.md"
 

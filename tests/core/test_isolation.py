@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import xlasim
-from xlasim.seeding import SharedGeneratorWarning
+from xlasim.emulation.seeding import SharedGeneratorWarning
 
 #: Set by `remember` in whatever process a rank runs in.
 REMEMBERED: dict[int, int] = {}

@@ -18,8 +18,8 @@ import torch_xla.runtime as xr
 
 import xlasim
 from fixtures import topology_pitfalls
-from xlasim.topology import Topology
-from xlasim.world import World
+from xlasim.base.topology import Topology
+from xlasim.ranks.world import World
 
 TOPOLOGY = Topology(8, processes=4, hosts=2)
 
@@ -154,7 +154,7 @@ def seed_in_a_rank(rank):
     """Seeds as per-process training code does, recording the warnings the rank gets."""
     import warnings
 
-    from xlasim.seeding import SharedGeneratorWarning
+    from xlasim.emulation.seeding import SharedGeneratorWarning
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

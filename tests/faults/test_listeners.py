@@ -10,7 +10,7 @@ import pytest
 from procs import descendants
 from topologies import params, topology
 
-from xlasim.world import World
+from xlasim.ranks.world import World
 
 LISTEN = "0A"
 LOOPBACK = ("0100007F", "00000000000000000000000001000000", "0000000000000000FFFF00000100007F")

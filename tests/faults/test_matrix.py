@@ -20,7 +20,7 @@ from procs import descendants
 from topologies import params, topology
 
 import xlasim
-from xlasim.world import World
+from xlasim.ranks.world import World
 
 COLLECTIVE_TIMEOUT_S = 2.0
 #: Slack over each cell's own bound for a loaded 2-core machine.

@@ -17,8 +17,8 @@ import pytest
 from procs import ABORT_SIGNS, alive, descendants
 from topologies import SHAPES, params, topology
 
-from xlasim.threads import CLOSE_GRACE_S
-from xlasim.world import RELEASE_GRACE_S
+from xlasim.ranks.threads import CLOSE_GRACE_S
+from xlasim.ranks.world import RELEASE_GRACE_S
 
 SCRIPT = Path(__file__).parent / "scripts" / "process_faults.py"
 STEPS = ["exit", "rerun", "abort", "rerun", "sigint-caught", "rerun", "reemulate"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from xlasim.topology import Topology
+from xlasim.base.topology import Topology
 
 #: name -> (devices, processes, hosts)
 SHAPES = {

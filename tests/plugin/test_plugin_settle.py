@@ -11,9 +11,9 @@ that escaped a check would make pytest skip the check instead of failing it."""
 import pytest
 from _pytest.outcomes import Skipped, XFailed
 
-from xlasim.errors import WorldAbortedError
-from xlasim.outcome import RankOutcome
+from xlasim.base.errors import WorldAbortedError
 from xlasim.pytest_plugin.outcomes import InconsistentOutcomeError, settle
+from xlasim.reports.rank_outcome import RankOutcome
 
 SIZE = 4
 

@@ -32,7 +32,7 @@ def in_spmd_world(topology: str, devices: int, body: str) -> object:
         import torch_xla.distributed.spmd as xs
         import torch_xla.runtime as xr
         from xlasim import spmd
-        from xlasim.topology import preset
+        from xlasim.base.topology import preset
 
         assert spmd.start_world(preset({topology!r}), {devices}) == {devices}
         """
@@ -101,8 +101,8 @@ def test_single_slice_refuses_dcn() -> None:
 def test_each_slice_of_a_multislice_is_its_own_cloud_tpu_slice() -> None:
     """Every host of "2xv5e-8" is the one host of a v5e-8 slice: its own accelerator type,
     bounds and worker id 0, as Cloud TPU's metadata gives each slice of a multislice."""
-    from xlasim.identity import Identity
-    from xlasim.topology import PRESETS
+    from xlasim.base.identity import Identity
+    from xlasim.base.topology import PRESETS
 
     identity = Identity.of(PRESETS["2xv5e-8"][0])
     for host in (0, 1):

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import activation
-from ..outcome import Collect, RankOutcome
+from ..reports.rank_outcome import Collect, RankOutcome
 from . import remote, remote_rank
 from .session_counts import SessionCounts
 

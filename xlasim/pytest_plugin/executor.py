@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from ..outcome import RankOutcome
+from ..reports.rank_outcome import RankOutcome
 from .remote import FailureStyle
 from .session_counts import SessionCounts
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ..context import current
+from ..base.rank_context import current
 from .outcomes import WORLD_RUN_CONVENTION, RanksFailed, never_called, results
 from .session import executor, run_ranks
 from .settings import resolve

@@ -35,7 +35,7 @@ from collections.abc import Generator
 
 import pytest
 
-from ..counters import COMPILED_GRAPHS, FALLBACK_PREFIX
+from ..reports.xla_counters import COMPILED_GRAPHS, FALLBACK_PREFIX
 from .outcomes import outcomes_key
 from .session import executor
 from .session_counts import SessionCounts

@@ -28,9 +28,9 @@ from typing import Any
 
 import pytest
 
-from ..errors import CollectiveTimeoutError, XlasimError
-from ..frames import PACKAGE_DIR
-from ..outcome import RankOutcome
+from ..base.errors import CollectiveTimeoutError, XlasimError
+from ..reports.frames import PACKAGE_DIR
+from ..reports.rank_outcome import RankOutcome
 from .hardware import local_devices, platform
 from .native_worker import STACK_SIGNAL, serve
 from .remote import FailureStyle, pack

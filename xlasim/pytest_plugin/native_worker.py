@@ -18,8 +18,8 @@ import sys
 from multiprocessing.connection import Client
 from pathlib import Path
 
-from .. import counters, outcome, output
-from ..outcome import Collect, RankOutcome
+from ..reports import rank_outcome, rank_output, xla_counters
+from ..reports.rank_outcome import Collect, RankOutcome
 from . import remote, remote_rank
 
 STACK_SIGNAL = signal.SIGUSR1
@@ -32,16 +32,16 @@ def _setup_process(stack_dir: str) -> None:
     if _stacks_file is None:
         _stacks_file = open(Path(stack_dir) / f"{os.getpid()}.txt", "w")  # noqa: SIM115 (lives as long as the process)
         faulthandler.register(STACK_SIGNAL, file=_stacks_file, all_threads=True)
-    output.install()
+    rank_output.install()
 
 
 def _run_job(index: int, size: int, sys_path: list[str], job: remote.Job) -> RankOutcome:
-    before = counters.counts()
+    before = xla_counters.counts()
     with remote_rank.process_lock:  # a worker process serves one rank per device thread on CPU
         sys.path[:] = sys_path
     collect = Collect(output=True, render=functools.partial(remote_rank.render_failure, job.style))
-    ended = outcome.call(index, size, remote_rank.run_job, (job,), {}, collect)
-    ended.metrics = counters.growth(before)
+    ended = rank_outcome.call(index, size, remote_rank.run_job, (job,), {}, collect)
+    ended.metrics = xla_counters.growth(before)
     return ended.portable()
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ..topology import PRESETS
+from ..base.topology import PRESETS
 from .settings import (
     BACKEND_ENV,
     BACKENDS,

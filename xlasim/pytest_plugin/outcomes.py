@@ -1,6 +1,6 @@
 """How N per-rank outcomes become the one test outcome.
 
-Every backend returns the core's `xlasim.outcome.RankOutcome` for each rank, made where the
+Every backend returns the core's `xlasim.reports.rank_outcome.RankOutcome` for each rank, made where the
 rank ran. `settle` turns them into what pytest expects from a test call: return (every rank
 passed), or raise exactly one exception. Skips and xfails only count when every rank took
 them: a rank that leaves early while the others carry on is, on a TPU, a slice that hangs at
@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 from _pytest.outcomes import Skipped, XFailed
 
-from xlasim.hang_report import rank_span as span
+from xlasim.reports.hang_report import rank_span as span
 
-from ..errors import RankFailedError, XlasimError
-from ..frames import has_user_frames
-from ..outcome import RankOutcome
+from ..base.errors import RankFailedError, XlasimError
+from ..reports.frames import has_user_frames
+from ..reports.rank_outcome import RankOutcome
 
 
 def failed(outcome: RankOutcome) -> bool:

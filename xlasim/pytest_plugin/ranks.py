@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from ..errors import XlasimError
+from ..base.errors import XlasimError
 from . import marker_args
 from .handles import RankPlaceholder, XlaRank
 from .outcomes import outcomes_key, settle

@@ -4,7 +4,7 @@ process's end.
 Ranks live outside the pytest process in three cases: the worker processes of a multi-process
 emulated topology (`--xla-processes`), the native backend's `xmp.spawn` workers, and the SPMD
 worker. All run a `Job`, and answer with the core's `RankOutcome` (made by
-`xlasim.outcome.call` where the rank ran). This module is what runs in the pytest process:
+`xlasim.reports.rank_outcome.call` where the rank ran). This module is what runs in the pytest process:
 `pack` pickles `(fn, args, kwargs)` once (fixture values resolved in the parent; a clear error
 when something does not pickle) and lists the modules the pickle refers to that a worker cannot
 import by name: test modules and conftests, which pytest imported from their paths (under names
@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import XlasimError
-from ..frames import PACKAGE_DIR
+from ..base.errors import XlasimError
+from ..reports.frames import PACKAGE_DIR
 
 _SYSTEM_DIRS = tuple(
     {str(Path(p).resolve()) + os.sep for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}

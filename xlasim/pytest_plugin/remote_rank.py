@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import XlasimError
-from ..frames import first_user, is_own
+from ..base.errors import XlasimError
+from ..reports.frames import first_user, is_own
 from .remote import FailureStyle, Job
 
 #: Held while this process's imports and `sys.path` change: a worker process may serve

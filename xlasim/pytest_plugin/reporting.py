@@ -19,9 +19,9 @@ import pytest
 from _pytest._code.code import ExceptionInfo, ReprFileLocation, TerminalRepr
 from _pytest._io import TerminalWriter
 
-from ..errors import RankFailedError, XlasimError
-from ..frames import first_user
-from ..outcome import RankOutcome
+from ..base.errors import RankFailedError, XlasimError
+from ..reports.frames import first_user
+from ..reports.rank_outcome import RankOutcome
 from .outcomes import (
     CORE_RUN_CONVENTION,
     RanksFailed,

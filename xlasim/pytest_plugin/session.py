@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ..errors import RuntimeAlreadyStartedError, XlasimError
+from ..base.errors import RuntimeAlreadyStartedError, XlasimError
 from . import progress
 from .settings import BACKENDS, resolve
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ..counters import COMPILED_GRAPHS, FALLBACK_PREFIX, counts
+from ..reports.xla_counters import COMPILED_GRAPHS, FALLBACK_PREFIX, counts
 
 
 class SessionCounts:

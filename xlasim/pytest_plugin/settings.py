@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from ..errors import XlasimError
-from ..topology import Topology, preset
+from ..base.errors import XlasimError
+from ..base.topology import Topology, preset
 
 DEVICES_ENV = "XLASIM_DEVICES"
 PROCESSES_ENV = "XLASIM_PROCESSES"

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from ..topology import Topology
+from ..base.topology import Topology
 from .spmd_workers import SESSION_ENV
 
 _session: dict[str, Any] = json.loads(os.environ[SESSION_ENV])
@@ -28,7 +28,7 @@ def _write(record: dict[str, Any]) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
-    from .. import spmd
+    from ..emulation import spmd
 
     topology = _session["topology"]
     spmd.start_world(None if topology is None else Topology(**topology), _session["devices"])

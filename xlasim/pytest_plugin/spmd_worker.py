@@ -5,7 +5,7 @@ pytest process or in a rank's process: they run here, one at a time. The process
 from the zygote the isolated rank workers come from (torch and torch_xla imported, no XLA
 runtime started), takes the pytest process's environment and import path, gives its XLA CPU
 client every device of the slice (`CPU_NUM_DEVICES`), puts on the slice's TPU identity
-(`xlasim.queries`), turns SPMD on, and then serves tests: each arrives as a `remote.Job` (the
+(`xlasim.emulation.queries`), turns SPMD on, and then serves tests: each arrives as a `remote.Job` (the
 test function and its fixture values, pickled in the parent) and leaves as the core's
 `RankOutcome`, failure rendered here as pytest renders it. `@given` tests draw here, under
 the session's Hypothesis profile. Natively it keeps the environment
@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from ..outcome import Collect, call
-from ..topology import Topology
+from ..base.topology import Topology
+from ..reports.rank_outcome import Collect, call
 from . import remote, remote_rank
 
 
@@ -45,9 +45,11 @@ class SpmdSpec:
 def main(spec: SpmdSpec, control: Connection) -> None:
     """Entry point: set the SPMD world up, say how many devices it has, then run jobs."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the pytest process owns Ctrl-C
-    from .. import fresh, output, spmd
+    from ..emulation import spmd
+    from ..ranks import launch_reset
+    from ..reports import rank_output
 
-    fresh.restore_environment(spec.environment)
+    launch_reset.restore_environment(spec.environment)
     for path in reversed(spec.sys_path):
         if path not in sys.path:
             sys.path.insert(0, path)
@@ -58,7 +60,7 @@ def main(spec: SpmdSpec, control: Connection) -> None:
         name, chosen = spec.hypothesis_profile
         settings.register_profile(name, chosen)
         settings.load_profile(name)
-    output.install()
+    rank_output.install()
     control.send(("ready", spmd.start_world(spec.topology, spec.devices)))
     while True:
         try:

@@ -20,14 +20,14 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ..errors import XlasimError
-from ..outcome import Collect, RankOutcome
+from ..base.errors import XlasimError
+from ..reports.rank_outcome import Collect, RankOutcome
 from . import remote, remote_rank
 from .session import backend_key, executor
 from .timeouts import timeout_for
 
 if TYPE_CHECKING:
-    from ..topology import Topology
+    from ..base.topology import Topology
 
 #: The environment variable that makes a child pytest session an SPMD world (JSON).
 SESSION_ENV = "XLASIM_SPMD_SESSION"
@@ -75,7 +75,7 @@ class _Worker:
     """One SPMD worker process and the pipe it is driven through."""
 
     def __init__(self, devices: int, topology: Topology | None):
-        from ..processes import _main_left_alone, zygote
+        from ..ranks.processes import _main_left_alone, zygote
         from .spmd_worker import SpmdSpec, main
 
         context = zygote()
@@ -142,7 +142,7 @@ class SpmdWorkers:
     def _identity_of(self, devices: int) -> Topology | None:
         """The slice an SPMD world of `devices` stands for: the session's, or a one-host
         slice of the same generation for a smaller world."""
-        from ..topology import Topology
+        from ..base.topology import Topology
 
         if self._topology is None or devices == self._topology.devices:
             return self._topology
@@ -249,7 +249,7 @@ def refuse_here(backend: str) -> None:
     """This pytest process runs every test of the session: `xr.use_spmd()` here would stay on.
 
     Emulated, the guard is among the emulation's patches; natively only the guard is put on."""
-    from .. import spmd
+    from ..emulation import spmd
 
     spmd.refuse_outside_ranks(
         "this pytest process runs every test of the session, and SPMD cannot be turned off, so "

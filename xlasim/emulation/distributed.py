@@ -18,8 +18,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 
-from . import context
-from .callsite import call_location
+from ..base import rank_context
+from ..reports.callsite import call_location
 from .collectives import check_received
 from .rendezvous import Call
 from .transfer import to_device, to_host
@@ -78,7 +78,7 @@ class _RegistryProxy:
         object.__setattr__(self, "_shared", shared)
 
     def _target(self) -> c10d._World:
-        ctx = context.current()
+        ctx = rank_context.current()
         if ctx is None:
             return object.__getattribute__(self, "_shared")
         return ctx.run.per_rank(ctx.rank, "dist", lambda: _RankRegistry(ctx.rank))
@@ -93,12 +93,12 @@ class _RegistryProxy:
 def _xla_rendezvous(url: str, timeout=..., **kwargs):  # the default of torch_xla's handler
     import torch_xla.runtime as xr
 
-    if context.current() is None and xr.is_spmd():
+    if rank_context.current() is None and xr.is_spmd():
         # An SPMD program (`xlasim run` of an SPMD script): torch_xla's own backend refuses
         # it ("XLA backend is not supported with SPMD"), as its test/spmd expects.
         yield (dist.HashStore(), 0, 1)
         return
-    ctx = context.require("init_process_group('xla')")
+    ctx = rank_context.require("init_process_group('xla')")
     store = ctx.run.store()
     yield (store, ctx.rank, ctx.world_size)
 
@@ -108,7 +108,7 @@ def _unregister_all(original: Callable[[], None]) -> Callable[[], None]:
     the rank's own (the others' may still be in use: compiled collectives resolve them)."""
 
     def unregister_all_process_groups() -> None:
-        if context.current() is None:
+        if rank_context.current() is None:
             return original()
         names = c10d._world.pg_names
         for name in names.held:
@@ -130,14 +130,14 @@ def _group_ranks(group) -> tuple[int, ...]:
 
 
 def _barrier(self, opts):
-    ctx = context.require("dist.barrier")
+    ctx = rank_context.require("dist.barrier")
     call = Call("barrier", (("group", _group_ranks(self)),), call_location())
     ctx.run.gather(ctx.rank, _group_ranks(self), call, None)
     return _ret_work([])
 
 
 def _send(self, tensors, dst_rank, tag=0):
-    ctx = context.require("dist.send")
+    ctx = rank_context.require("dist.send")
     destination = dist.get_global_rank(self, dst_rank)
     for tensor in tensors:
         call = Call("send", (("dst", destination), ("tag", tag)), call_location())
@@ -146,7 +146,7 @@ def _send(self, tensors, dst_rank, tag=0):
 
 
 def _recv(self, out_tensors, src_rank, tag=0):
-    ctx = context.require("dist.recv")
+    ctx = rank_context.require("dist.recv")
     source = dist.get_global_rank(self, src_rank)
     for output in out_tensors:
         call = Call("recv", (("src", source), ("tag", tag)), call_location())

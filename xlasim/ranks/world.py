@@ -17,19 +17,21 @@ from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from typing import Any
 
-from . import context, fresh, output
-from .errors import (
+from ..base import rank_context
+from ..base.errors import (
     CollectiveTimeoutError,
     DeviceCountError,
     RankFailedError,
     WorldAbortedError,
     launch_inside_rank,
 )
-from .hang_report import rank_span
-from .outcome import RESULT_ONLY, Collect, RankOutcome
-from .rendezvous import Run
+from ..base.topology import Topology
+from ..emulation.rendezvous import Run
+from ..reports import rank_output
+from ..reports.hang_report import rank_span
+from ..reports.rank_outcome import RESULT_ONLY, Collect, RankOutcome
+from . import launch_reset
 from .threads import ThreadRanks
-from .topology import Topology
 
 #: How long released ranks get to unwind after an abort before their threads are replaced.
 RELEASE_GRACE_S = 1.0
@@ -119,17 +121,17 @@ class World:
                 f"asked for {size} ranks but this world emulates {self.size} cores "
                 f"(start it with more devices: xlasim.emulate(devices=N) or XLASIM_DEVICES)"
             )
-        if context.current() is not None:
-            raise launch_inside_rank(context.current().rank)
+        if rank_context.current() is not None:
+            raise launch_inside_rank(rank_context.current().rank)
         jobs = [
             (fn, (rank, *args) if pass_rank else tuple(args), kwargs or {}) for rank in range(size)
         ]
-        with self._lock, fresh.environment(), ExitStack() as stack:
+        with self._lock, launch_reset.environment(), ExitStack() as stack:
             run = Run(
                 self.topology, size, self.collective_timeout, reporter=self._ranks, collect=collect
             )
             if collect.output and self.topology.threaded:  # the ranks write to this process
-                stack.enter_context(output.routed())
+                stack.enter_context(rank_output.routed())
             try:
                 self._ranks.dispatch(run, jobs)
                 self._supervise(run, default_run_timeout() if timeout is None else timeout)

@@ -21,16 +21,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import hang_report
-from .errors import (
+from ..base.errors import (
     CollectiveMismatchError,
     CollectiveTimeoutError,
     DeadlockError,
     WorldAbortedError,
 )
-from .hang_report import RankReporter, rank_span
-from .outcome import RESULT_ONLY, Collect, RankOutcome
-from .topology import Topology
+from ..base.topology import Topology
+from ..reports import hang_report
+from ..reports.hang_report import RankReporter, rank_span
+from ..reports.rank_outcome import RESULT_ONLY, Collect, RankOutcome
 
 
 @dataclass(frozen=True)

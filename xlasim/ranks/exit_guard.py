@@ -16,8 +16,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from . import context
-from .errors import RankExitError
+from ..base import rank_context
+from ..base.errors import RankExitError
 
 _lock = threading.Lock()
 _installed_in: int | None = None
@@ -36,7 +36,7 @@ def guard() -> None:
 
 def _guarded(real: Callable[..., NoReturn], name: str, pid: int) -> Callable[..., Any]:
     def exit_or_raise(*args: Any) -> NoReturn:
-        rank = context.current()
+        rank = rank_context.current()
         if rank is None or os.getpid() != pid:
             real(*args)
         status = f"({args[0]!r})" if args else "()"

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from .rendezvous import Call
+    from ..emulation.rendezvous import Call
 
 
 class RankReporter(Protocol):

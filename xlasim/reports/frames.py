@@ -14,8 +14,9 @@ import traceback
 from pathlib import Path
 from types import TracebackType
 
-#: xlasim's own source directory: frames in it are the emulator's, not the user's.
-PACKAGE_DIR = str(Path(__file__).resolve().parent) + os.sep
+#: xlasim's own source directory (the package, every layer of it): frames in it are the
+#: emulator's, not the user's.
+PACKAGE_DIR = str(Path(__file__).resolve().parents[1]) + os.sep
 
 
 def is_own(filename: str) -> bool:

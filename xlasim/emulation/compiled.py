@@ -34,8 +34,9 @@ from typing import Any
 
 import torch
 
-from . import collectives, context
-from .errors import XlasimError
+from ..base import rank_context
+from ..base.errors import XlasimError
+from . import collectives
 from .transfer import to_device, to_host
 
 NAMESPACE = "xlasim"
@@ -64,7 +65,7 @@ def call(op: str, tensors: list[torch.Tensor], **args: Any) -> list[torch.Tensor
 
 
 def _members(groups: Any) -> tuple[int, ...]:
-    ctx = context.require("a compiled collective")
+    ctx = rank_context.require("a compiled collective")
     return collectives.group_of(ctx.rank, ctx.world_size, groups, equal_sizes=True)
 
 
@@ -479,7 +480,8 @@ def patches() -> list[tuple[Any, str, Any]]:
     import torch_xla
     import torch_xla.core.dynamo_bridge as bridge
 
-    from . import activation, xla_level
+    from .. import activation
+    from . import xla_level
 
     # Each rank thread compiles its own graphs (dynamo guards on the device): limits per
     # function that hold for one TPU process must hold for every rank thread this process may

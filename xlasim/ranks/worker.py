@@ -25,11 +25,14 @@ from dataclasses import dataclass
 from multiprocessing.connection import Client, Connection
 from typing import Any
 
-from . import activation, fresh, output, patches, shared_payloads
-from .outcome import Collect, RankOutcome
-from .rendezvous import Call, RunObjects
+from .. import activation
+from ..base.topology import Topology
+from ..emulation import patches
+from ..emulation.rendezvous import Call, RunObjects
+from ..reports import rank_output
+from ..reports.rank_outcome import Collect, RankOutcome
+from . import launch_reset, shared_payloads
 from .threads import RankThread
-from .topology import Topology
 
 
 @dataclass(frozen=True)
@@ -149,7 +152,7 @@ def main(spec: WorkerSpec, control: Connection) -> None:
     first = spec.process * topology.cores_per_process
     activation.enter_worker(topology, topology.host_of(first))
     patches.install()
-    output.install()
+    rank_output.install()
     _share_the_cpus(topology)
     ranks = {
         first + i: RankThread(first + i, f"xla:{i}") for i in range(topology.cores_per_process)
@@ -163,9 +166,9 @@ def main(spec: WorkerSpec, control: Connection) -> None:
             return
         if message[0] == "job":
             job: JobSpec = message[1]
-            fresh.restore_environment({**job.environment, **overrides})
+            launch_reset.restore_environment({**job.environment, **overrides})
             os.chdir(spec.host_root or job.cwd)
-            fresh.reseed_cpu_generators()
+            launch_reset.reseed_cpu_generators()
             client = RunClient(job.job, job.size, topology, links, spec.store_port, job.collect)
             try:
                 jobs = _load(job)

@@ -15,9 +15,10 @@ from types import FrameType
 
 import torch
 
+#: xlasim's package (every layer of it), torch's and the standard library's directories.
 _INTERNAL_DIRS = tuple(
     os.path.dirname(os.path.abspath(path)) + os.sep
-    for path in (__file__, torch.__file__, threading.__file__)
+    for path in (os.path.dirname(__file__), torch.__file__, threading.__file__)
 )
 
 

@@ -15,9 +15,11 @@ import torch
 import torch_xla
 import torch_xla.utils.utils as xu
 
+from ..base import rank_context
+from ..reports import traced_counters
+from ..reports.callsite import call_location
 from . import combine as combining
-from . import compiled, context, traced_counters
-from .callsite import call_location
+from . import compiled
 from .combine import check_reduce_type
 from .rendezvous import Call
 from .transfer import to_device, to_host
@@ -130,7 +132,7 @@ def all_reduce(
     clone, a list unchanged, unless `XLA_ALWAYS_ALLREDUCE` is set."""
     if torch.compiler.is_compiling():  # dynamo traces this: see compiled.py
         return compiled.all_reduce(reduce_type, inputs, scale, groups)
-    ctx = context.require("xm.all_reduce")
+    ctx = rank_context.require("xm.all_reduce")
     if ctx.world_size == 1 and not xu.getenv_as("XLA_ALWAYS_ALLREDUCE", bool, False):
         return inputs.clone() if isinstance(inputs, torch.Tensor) else inputs
     tensors, single = _as_list(inputs, "inputs")
@@ -170,7 +172,7 @@ def all_gather(
     """xm.all_gather: concatenate every group member's tensor along `dim`, in group order."""
     if torch.compiler.is_compiling():  # dynamo traces this: see compiled.py
         return compiled.all_gather(value, dim, groups, output)
-    ctx = context.require("xm.all_gather")
+    ctx = rank_context.require("xm.all_gather")
     tensors, single = _as_list(value, "value")
     if not single and pin_layout:
         raise RuntimeError(
@@ -210,7 +212,7 @@ def reduce_scatter(
         return compiled.reduce_scatter(
             reduce_type, input, scale, scatter_dim, shard_count, groups, output
         )
-    ctx = context.require("xm.reduce_scatter")
+    ctx = rank_context.require("xm.reduce_scatter")
     tensors, single = _as_list(input, "input")
     if single:
         traced_counters.bump("ReduceScatter" if output is None else "ReduceScatterOut")
@@ -258,7 +260,7 @@ def all_to_all(
     """xm.all_to_all: split along one dim, send piece j to member j, concat what arrives."""
     if torch.compiler.is_compiling():  # dynamo traces this: see compiled.py
         return compiled.all_to_all(value, split_dimension, concat_dimension, split_count, groups)
-    ctx = context.require("xm.all_to_all")
+    ctx = rank_context.require("xm.all_to_all")
     traced_counters.bump("AllToAll")
     members = group_of(ctx.rank, ctx.world_size, groups, equal_sizes=True)
     if split_count != len(members):
@@ -307,7 +309,7 @@ def collective_permute(value: torch.Tensor, pairs: list[list[int]]) -> torch.Ten
     """xm.collective_permute: every rank takes part; a rank no pair targets receives zeros."""
     if torch.compiler.is_compiling():  # dynamo traces this: see compiled.py
         return compiled.collective_permute(value, pairs)
-    ctx = context.require("xm.collective_permute")
+    ctx = rank_context.require("xm.collective_permute")
     normalized = _check_pairs(pairs, ctx.world_size)
     members = tuple(range(ctx.world_size))
     call = _call("collective_permute", pairs=normalized, tensors=_describe_tensors([value]))
@@ -327,7 +329,7 @@ def collective_broadcast(
     without the root, as torch_xla's mask-and-sum implementation gives)."""
     if torch.compiler.is_compiling():  # dynamo traces this: see compiled.py
         return compiled.collective_broadcast(tensors, root_ordinal, groups)
-    ctx = context.require("xm.collective_broadcast")
+    ctx = rank_context.require("xm.collective_broadcast")
     tensors, _ = _as_list(tensors, "tensors")
     if not 0 <= root_ordinal < ctx.world_size:
         raise ValueError(
@@ -354,7 +356,7 @@ def send(value: torch.Tensor, channel_id: int) -> torch.Tensor:
     """xm.send: post the value on a channel; returns the input, as torch_xla does."""
     if torch.compiler.is_compiling():  # dynamo traces this: see compiled.py
         return compiled.send(value, channel_id)
-    ctx = context.require("xm.send")
+    ctx = rank_context.require("xm.send")
     call = _call("send", channel_id=channel_id, tensors=_describe_tensors([value]))
     ctx.run.send(ctx.rank, ("xm", channel_id), call, to_host([value])[0])
     return value
@@ -364,7 +366,7 @@ def recv(output: torch.Tensor, channel_id: int) -> torch.Tensor:
     """xm.recv: take the oldest value posted on a channel into `output`."""
     if torch.compiler.is_compiling():  # dynamo traces this: see compiled.py
         return compiled.recv(output, channel_id)
-    ctx = context.require("xm.recv")
+    ctx = rank_context.require("xm.recv")
     call = _call("recv", channel_id=channel_id, tensors=_describe_tensors([output]))
     sent_by, value = ctx.run.receive(ctx.rank, ("xm", channel_id), call)
     check_received(value, output, sent_by, call)
@@ -394,7 +396,7 @@ def xla_rendezvous(
     rendezvous of the whole world is supported (`ordinals`, if given, must name every rank)."""
     if torch.compiler.is_compiling():  # dynamo traces this: see compiled.py
         return compiled.xla_rendezvous(payload, ordinals, tag)
-    ctx = context.require("xm.rendezvous")
+    ctx = rank_context.require("xm.rendezvous")
     if ordinals and len(ordinals) != ctx.world_size:
         raise ValueError("Only global rendezvous is supported")
     if not isinstance(payload, bytes):

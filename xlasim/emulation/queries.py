@@ -14,15 +14,15 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from . import context
-from .identity import Identity
+from ..base import rank_context
+from ..base.identity import Identity
 
 DEVICE_TYPE = "TPU"
 
 
-def _in_rank(answer: Callable[[context.RankContext], Any], original: Callable[..., Any]):
+def _in_rank(answer: Callable[[rank_context.RankContext], Any], original: Callable[..., Any]):
     def query(*args: Any, **kwargs: Any) -> Any:
-        ctx = context.current()
+        ctx = rank_context.current()
         return original(*args, **kwargs) if ctx is None else answer(ctx)
 
     query.__name__ = original.__name__
@@ -33,7 +33,7 @@ def _in_rank(answer: Callable[[context.RankContext], Any], original: Callable[..
 
 def runtime_queries(originals: dict[str, Callable[..., Any]]) -> dict[str, Callable[..., Any]]:
     """Replacements for `torch_xla.runtime` functions, built around the originals."""
-    answers: dict[str, Callable[[context.RankContext], Any]] = {
+    answers: dict[str, Callable[[rank_context.RankContext], Any]] = {
         "world_size": lambda c: c.world_size,
         "global_ordinal": lambda c: c.rank,
         "local_ordinal": lambda c: c.local_rank,
@@ -54,7 +54,7 @@ def supported_devices(original: Callable[..., list[str]]) -> Callable[..., list[
     """xm.get_xla_supported_devices: a rank sees only the devices of its (sub-)world."""
 
     def get_xla_supported_devices(max_devices: int | None = None) -> list[str]:
-        ctx = context.current()
+        ctx = rank_context.current()
         if ctx is None:
             return original(max_devices)
         devices = [f"xla:{i}" for i in range(ctx.addressable_device_count)]
@@ -67,16 +67,16 @@ def supported_devices(original: Callable[..., list[str]]) -> Callable[..., list[
 
 
 def _identity() -> Identity:
-    from . import activation
+    from .. import activation
 
     return Identity.of(activation.topology())
 
 
 def _host() -> int:
     """The emulated host this code runs on: the rank's, else this process's."""
-    from . import activation
+    from .. import activation
 
-    ctx = context.current()
+    ctx = rank_context.current()
     return ctx.host_index if ctx is not None else activation.process_host()
 
 

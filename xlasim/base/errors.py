@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .outcome import RankOutcome
+    from ..reports.rank_outcome import RankOutcome
 
 
 class XlasimError(RuntimeError):
@@ -68,7 +68,7 @@ class RankAbandoned(BaseException):
 
 
 class RankFailedError(XlasimError):
-    """One or more ranks raised; holds every rank's `RankOutcome` (`xlasim.outcome`), and by
+    """One or more ranks raised; holds every rank's `RankOutcome` (`xlasim.reports.rank_outcome`), and by
     rank the failing ones' exceptions and formatted tracebacks."""
 
     def __init__(self, message: str, outcomes: Sequence[RankOutcome]):

@@ -18,7 +18,9 @@ import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 
-from . import compiled, context, traced_counters
+from ..base import rank_context
+from ..reports import traced_counters
+from . import compiled
 
 #: c10d reduce op names (and torch_xla's own) -> xm reduce types; torch_xla has no avg or xor.
 _REDUCE_TYPES = {
@@ -45,7 +47,7 @@ def _reduce_type(reduce_op: str) -> str:
 
 
 def _world_size() -> int:
-    return context.require("a torch.distributed collective on XLA tensors").world_size
+    return rank_context.require("a torch.distributed collective on XLA tensors").world_size
 
 
 def _ranks(group_name: str, group_size: int | None) -> list[int]:
@@ -181,7 +183,7 @@ def refuse_on_ranks(name: str, original: Callable[..., Any]) -> Callable[..., An
     """`torch_xla._XLAC.<name>`, raising on an emulated rank (elsewhere it is the original)."""
 
     def xla_collective(*args: Any, **kwargs: Any) -> Any:
-        if context.current() is None:
+        if rank_context.current() is None:
             return original(*args, **kwargs)
         raise compiled.UnsupportedCollectiveError(
             f"torch_xla._XLAC.{name} builds an XLA collective into the rank's graph, which XLA's "

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
 
-from . import context
+from ..base import rank_context
 
 _lock = threading.Lock()
 #: Capturing ranks' buffers, by thread and by (run, rank): [stdout, stderr, tee].
@@ -58,7 +58,7 @@ class Router(io.TextIOBase):
 def _target() -> tuple[io.StringIO, io.StringIO, bool] | None:
     found = _by_thread.get(threading.get_ident())
     if found is None:
-        ctx = context.current()
+        ctx = rank_context.current()
         if ctx is not None:
             found = _by_rank.get((id(ctx.run), ctx.rank))
     return found

@@ -25,7 +25,7 @@ def spawn(
 ) -> None:
     """torch_xla's contract: `nprocs` is None (every core) or 1; an exception in a rank reaches
     the caller (as `RankFailedError`, naming the rank, with the original as `__cause__`)."""
-    from .activation import world
+    from ..activation import world
 
     if nprocs not in (None, 1):
         raise ValueError(
@@ -48,7 +48,7 @@ def run_multiprocess(
     fn: Callable[..., R], *args: Any, start_method: str = "spawn", **kwargs: Any
 ) -> dict[int, R]:
     """`pjrt.run_multiprocess`: `fn(*args, **kwargs)` on every rank, results by global ordinal."""
-    from .activation import world
+    from ..activation import world
 
     results = world().run(fn, args, kwargs, pass_rank=False)
     return dict(enumerate(results))

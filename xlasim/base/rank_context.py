@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from .errors import OutsideWorldError
 
 if TYPE_CHECKING:
-    from .rendezvous import Run
+    from ..emulation.rendezvous import Run
 
 _local = threading.local()
 

@@ -15,10 +15,12 @@ from collections.abc import Callable
 from contextlib import suppress
 from typing import Any
 
-from . import context, counters, exits, fresh, outcome
-from .callsite import thread_location, thread_stack
-from .errors import RankAbandoned
-from .topology import Topology
+from ..base import rank_context
+from ..base.errors import RankAbandoned
+from ..base.topology import Topology
+from ..reports import rank_outcome, xla_counters
+from ..reports.callsite import thread_location, thread_stack
+from . import exit_guard, launch_reset
 
 #: How long closing a world waits for its rank threads to stop.
 CLOSE_GRACE_S = 5.0
@@ -61,18 +63,18 @@ class RankThread:
         import torch_xla  # not at module import: emulation must choose the platform first
 
         torch_xla._XLAC._xla_set_default_device(self.device)
-        generator = fresh.DeviceGenerator(self.device)
+        generator = launch_reset.DeviceGenerator(self.device)
         while True:
             job = self.jobs.get()
             if job is None:
                 return
             run, fn, args, kwargs = job
-            context.bind(context.RankContext(run, self.rank))
+            rank_context.bind(rank_context.RankContext(run, self.rank))
             try:
                 ended = self._call(run, generator, fn, args, kwargs)
             finally:
-                fresh.release_process_groups()
-                context.bind(None)
+                launch_reset.release_process_groups()
+                rank_context.bind(None)
                 _flush_std_streams()
             run.finish(ended)
 
@@ -83,7 +85,7 @@ class RankThread:
         fn: Callable[..., Any],
         args: tuple,
         kwargs: dict,
-    ) -> outcome.RankOutcome:
+    ) -> rank_outcome.RankOutcome:
         """The rank's outcome of `fn`, with the extras its run collects (`outcome.Collect`)."""
 
         def fresh_start(*args: Any, **kwargs: Any) -> Any:
@@ -92,10 +94,12 @@ class RankThread:
 
         collect = run.collect
         if collect.metrics:
-            counters.open_window(run, context.RankContext(run, self.rank).addressable_device_count)
-        ended = outcome.call(self.rank, run.size, fresh_start, args, kwargs, collect, run)
+            xla_counters.open_window(
+                run, rank_context.RankContext(run, self.rank).addressable_device_count
+            )
+        ended = rank_outcome.call(self.rank, run.size, fresh_start, args, kwargs, collect, run)
         if collect.metrics:
-            ended.metrics = counters.close_window(run)
+            ended.metrics = xla_counters.close_window(run)
         return ended
 
     def location(self) -> str:
@@ -119,7 +123,7 @@ class ThreadRanks:
     """Every rank of a one-process topology, as warm threads of this process."""
 
     def __init__(self, topology: Topology):
-        exits.guard()
+        exit_guard.guard()
         self.topology = topology
         self._threads = [RankThread(r, topology.device_of(r)) for r in range(topology.devices)]
         self._abandoned: list[RankThread] = []

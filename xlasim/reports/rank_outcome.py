@@ -26,8 +26,8 @@ from contextlib import nullcontext, suppress
 from dataclasses import dataclass
 from typing import Any
 
-from . import output
-from .errors import RankAbandoned, WorldAbortedError, XlasimError
+from ..base.errors import RankAbandoned, WorldAbortedError, XlasimError
+from . import rank_output
 from .frames import user_traceback
 
 
@@ -118,7 +118,7 @@ def call(
     run: Any = None,
 ) -> RankOutcome:
     """Call `fn(*args, **kwargs)` as `rank` of `run` and say how it ended (never raises)."""
-    capturing = output.captured(run, rank, collect.tee) if collect.output else nullcontext()
+    capturing = rank_output.captured(run, rank, collect.tee) if collect.output else nullcontext()
     start = time.perf_counter()
     with capturing as buffers:
         try:

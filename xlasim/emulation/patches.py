@@ -38,16 +38,9 @@ def _targets() -> list[tuple[Any, str, Any]]:
     import torch_xla.runtime as xr
     from torch_xla._internal import pjrt
 
-    from . import (
-        collectives,
-        compiled,
-        distributed,
-        launch,
-        queries,
-        seeding,
-        spmd,
-        traced_counters,
-    )
+    from ..ranks import launchers
+    from ..reports import traced_counters
+    from . import collectives, compiled, distributed, queries, seeding, spmd
 
     runtime_originals = {
         name: getattr(xr, name)
@@ -84,10 +77,10 @@ def _targets() -> list[tuple[Any, str, Any]]:
     ):
         targets.append((xm, name, getattr(collectives, name)))
     targets += [
-        (xmp, "spawn", launch.spawn),
-        (pjrt, "spawn", launch.pjrt_spawn),
-        (pjrt, "run_multiprocess", launch.run_multiprocess),
-        (pjrt, "spawn_threads", launch.spawn_threads),
+        (xmp, "spawn", launchers.spawn),
+        (pjrt, "spawn", launchers.pjrt_spawn),
+        (pjrt, "run_multiprocess", launchers.run_multiprocess),
+        (pjrt, "spawn_threads", launchers.spawn_threads),
     ]
     targets += distributed.patches()
     targets += seeding.patches()

@@ -18,11 +18,11 @@ import threading
 from multiprocessing import context as mp_context
 from multiprocessing import forkserver, get_context
 
-from .errors import XlasimError
+from ..base.errors import XlasimError
 
 #: Imported once by the zygote, inherited by every worker it forks: everything a worker imports
 #: before its first job (`worker.py` imports its modules at module level).
-PRELOAD = ["torch", "torch_xla", "torch_xla.core.xla_model", "numpy", "xlasim.worker"]
+PRELOAD = ["torch", "torch_xla", "torch_xla.core.xla_model", "numpy", "xlasim.ranks.worker"]
 
 _lock = threading.Lock()
 

@@ -15,8 +15,8 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from . import context
-from .callsite import call_location
+from ..base import rank_context
+from ..reports.callsite import call_location
 
 
 class SharedGeneratorWarning(UserWarning):
@@ -24,7 +24,7 @@ class SharedGeneratorWarning(UserWarning):
 
 
 def _shared_process_ranks() -> int:
-    ctx = context.current()
+    ctx = rank_context.current()
     if ctx is None:
         return 0
     return ctx.addressable_device_count

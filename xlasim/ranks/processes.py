@@ -33,11 +33,11 @@ from contextlib import contextmanager, suppress
 from multiprocessing.connection import Connection, Listener
 from typing import Any
 
+from ..base.errors import WorldAbortedError, XlasimError
+from ..base.topology import Topology
+from ..emulation.rendezvous import Run
+from ..reports.hang_report import rank_span
 from . import shared_payloads, worker
-from .errors import WorldAbortedError, XlasimError
-from .hang_report import rank_span
-from .rendezvous import Run
-from .topology import Topology
 from .zygote import zygote
 
 STARTUP_TIMEOUT_S = 180.0

@@ -17,11 +17,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from . import context
-from .errors import XlasimError
+from ..base import rank_context
+from ..base.errors import XlasimError
 
 if TYPE_CHECKING:
-    from .topology import Topology
+    from ..base.topology import Topology
 
 #: How a pytest test asks for SPMD (named in every refusal).
 MARKER = "@pytest.mark.xla(spmd=True)"
@@ -52,7 +52,7 @@ def refuse_outside_ranks(why: str) -> None:
 
 def _guarded(original: Callable[..., Any]) -> Callable[..., Any]:
     def use_spmd(*args: Any, **kwargs: Any) -> Any:
-        rank = context.current()
+        rank = rank_context.current()
         if not _allowed and rank is not None:
             raise SpmdRefusedError(
                 f"xr.use_spmd() on emulated rank {rank.rank} of {rank.world_size}: SPMD is one "
@@ -65,7 +65,7 @@ def _guarded(original: Callable[..., Any]) -> Callable[..., Any]:
         if not _allowed and _refusal is not None:
             raise SpmdRefusedError(f"xr.use_spmd() called here: {_refusal}")
         result = original(*args, **kwargs)
-        from . import activation
+        from .. import activation
 
         if activation.is_emulated():  # a script's SPMD program over the emulated slice
             _say_tpu_once_started()
@@ -102,7 +102,7 @@ def start_world(topology: Topology | None, devices: int) -> int:
     Returns the runtime's device count."""
     global _pod
     if topology is not None:
-        from . import activation
+        from .. import activation
 
         os.environ["PJRT_DEVICE"] = "CPU"
         os.environ["CPU_NUM_DEVICES"] = str(devices)
@@ -205,7 +205,7 @@ def as_host(host: int) -> Iterator[None]:
     if _pod is None:
         yield
         return
-    from . import activation
+    from .. import activation
 
     _acting_host = host
     previous = activation.move_to_host(host)
