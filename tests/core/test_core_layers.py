@@ -1,0 +1,295 @@
+"""The core's layers: each folder one concern, imports going one way (docs/architecture.md).
+
+From the bottom: `base` (errors, the slice's shape, the process's slice, which rank a thread
+is), `reports`, `emulation` (torch_xla's collectives and queries, emulated), `ranks` (worlds of
+threads and worker processes, torch_xla's launchers on them), the entry points at the top of the
+package, the tools above them, and the `xlasim` command last. A module imports only its own
+layer or lower ones, and no files import each other in a circle (imports under
+`if TYPE_CHECKING:`, read by type checkers only, excepted). Read from the source with `ast`, so
+function-level imports count too.
+
+What `xlasim.emulate` and the pytest plugin import must not import torch at module level: the
+zygote starts first (its import of torch overlaps the launching process's own), and a session
+that emulates nothing never pays for torch. The imports that keep torch away are function-level
+on purpose; `MUST_STAY_LAZY` lists them and the test checks each still is.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+import xlasim
+
+PACKAGE = Path(xlasim.__file__).parent
+
+#: Bottom to top; a name is a folder of the package or a module at its top. `events`, `tpu`,
+#: `compilation`, `races` and `machines` are the places of subsystems being added (see
+#: docs/architecture.md, "Where new subsystems go").
+LAYERS: list[tuple[str, ...]] = [
+    ("base",),
+    ("reports", "events"),
+    ("tpu", "compilation"),
+    ("emulation", "races"),
+    ("ranks", "machines"),
+    ("__init__", "activation", "torchrun"),
+    ("pytest_plugin", "conformance", "lightning"),
+    ("cli", "__main__"),
+]
+#: The core: its files import each other in no circle (the plugin's layers have their own test,
+#: tests/plugin/test_plugin_layers.py; the runners import nothing of the core).
+CORE = {
+    *(name for entries in LAYERS[:5] for name in entries),
+    *("__init__", "activation", "torchrun", "cli"),
+}
+#: Imported before the zygote starts or when pytest loads the plugin: no torch at module level.
+TORCH_FREE_ROOTS = ["xlasim", "xlasim.activation", "xlasim.pytest_plugin", "xlasim.cli"]
+HEAVY = ("torch", "torch_xla", "numpy")
+#: (importer, imported): the function-level imports of torch, or of modules that import it, in
+#: modules imported before the zygote starts (above); at module level each would import torch
+#: with `xlasim.emulate` or with the plugin.
+MUST_STAY_LAZY = {
+    ("xlasim.activation", "torch_xla"),
+    ("xlasim.activation", "xlasim.ranks.world"),
+    ("xlasim.base.rank_context", "torch_xla"),
+    ("xlasim.emulation.patches", "torch_xla._internal"),
+    ("xlasim.emulation.patches", "torch_xla.core.xla_model"),
+    ("xlasim.emulation.patches", "torch_xla.distributed.xla_multiprocessing"),
+    ("xlasim.emulation.patches", "torch_xla.runtime"),
+    ("xlasim.emulation.patches", "xlasim.emulation.collectives"),
+    ("xlasim.emulation.patches", "xlasim.emulation.compiled"),
+    ("xlasim.emulation.patches", "xlasim.emulation.distributed"),
+    ("xlasim.emulation.patches", "xlasim.emulation.seeding"),
+    ("xlasim.reports.xla_counters", "torch_xla"),
+    ("xlasim.reports.xla_counters", "torch_xla.debug.metrics"),
+    ("xlasim.pytest_plugin.handles", "torch"),
+    ("xlasim.pytest_plugin.handles", "torch_xla"),
+    ("xlasim.pytest_plugin.handles", "torch_xla.runtime"),
+    ("xlasim.pytest_plugin.hardware", "torch_xla._internal"),
+    ("xlasim.pytest_plugin.spmd_workers", "torch_xla.distributed.spmd"),
+    ("xlasim.pytest_plugin.spmd_workers", "xlasim.ranks.processes"),
+}
+
+
+#: What the move into layers found, being untied by the commits that follow it (issue 22): the
+#: process's emulation state is read from the entry point that installs the patches
+#: (`activation`), the patches install the launchers of the layer above, collectives and
+#: compiled import each other, topology checks its generation in identity's table.
+KNOWN_UPWARD = {
+    ("xlasim.emulation.compiled", "xlasim.activation"),
+    ("xlasim.emulation.patches", "xlasim.ranks.launchers"),
+    ("xlasim.emulation.queries", "xlasim.activation"),
+    ("xlasim.emulation.spmd", "xlasim.activation"),
+    ("xlasim.ranks.launchers", "xlasim.activation"),
+    ("xlasim.ranks.worker", "xlasim.activation"),
+}
+KNOWN_CIRCLES = [
+    ["xlasim.base.identity", "xlasim.base.topology"],
+    [
+        "xlasim.activation",
+        "xlasim.emulation.collectives",
+        "xlasim.emulation.compiled",
+        "xlasim.emulation.distributed",
+        "xlasim.emulation.patches",
+        "xlasim.emulation.queries",
+        "xlasim.emulation.spmd",
+        "xlasim.emulation.xla_level",
+        "xlasim.ranks.launchers",
+        "xlasim.ranks.processes",
+        "xlasim.ranks.worker",
+        "xlasim.ranks.world",
+    ],
+]
+
+
+@dataclass(frozen=True)
+class Import:
+    importer: str
+    imported: str
+    #: At module level (runs when the importer is imported), not inside a function.
+    eager: bool
+    line: int
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(path): path for path in PACKAGE.rglob("*.py")}
+
+
+def _targets(importer: str, node: ast.ImportFrom, is_package: bool) -> list[str]:
+    """The modules an `import from` names: the submodule when a name is one, else the module."""
+    if node.level:
+        base = importer.split(".")
+        base = base[: len(base) - node.level + (1 if is_package else 0)]
+        source = ".".join(base + ([node.module] if node.module else []))
+    else:
+        source = node.module or ""
+    return [
+        f"{source}.{alias.name}" if f"{source}.{alias.name}" in MODULES else source
+        for alias in node.names
+    ]
+
+
+def imports_of(name: str) -> list[Import]:
+    """Every import of module `name`, except those under `if TYPE_CHECKING:`."""
+    path = MODULES[name]
+    found: list[Import] = []
+
+    def visit(node: ast.AST, eager: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                for other in child.orelse:
+                    visit(other, eager)
+            elif isinstance(child, ast.ImportFrom):
+                for target in _targets(name, child, path.name == "__init__.py"):
+                    found.append(Import(name, target, eager, child.lineno))
+            elif isinstance(child, ast.Import):
+                found.extend(Import(name, a.name, eager, child.lineno) for a in child.names)
+            elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                visit(child, False)
+            else:
+                visit(child, eager)
+
+    visit(ast.parse(path.read_text()), True)
+    return found
+
+
+IMPORTS = [i for name in MODULES for i in imports_of(name)]
+OWN = [i for i in IMPORTS if i.imported in MODULES and i.imported != i.importer]
+
+
+def place(name: str) -> str:
+    """The layer entry a module belongs to: its folder, or its own name at the top."""
+    parts = name.split(".")
+    return "__init__" if len(parts) == 1 else parts[1]
+
+
+def layer(name: str) -> int:
+    for index, entries in enumerate(LAYERS):
+        if place(name) in entries:
+            return index
+    raise AssertionError(f"{name} is in no layer: add its folder to LAYERS (docs/architecture.md)")
+
+
+def test_every_module_is_in_a_layer() -> None:
+    assert len(MODULES) > 60  # the package was read
+    for name in MODULES:
+        layer(name)
+
+
+def test_imports_go_down_or_stay_in_their_layer() -> None:
+    upward = [
+        f"{i.importer} (line {i.line}) imports {i.imported}"
+        for i in OWN
+        if layer(i.imported) > layer(i.importer) and (i.importer, i.imported) not in KNOWN_UPWARD
+    ]
+    assert upward == [], "imports of a higher layer:\n" + "\n".join(upward)
+
+
+def _circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one file (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[list[str]] = []
+
+    def connect(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for other in sorted(edges.get(node, ())):
+            if other not in index:
+                connect(other)
+                low[node] = min(low[node], low[other])
+            elif other in stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for node in sorted(edges):
+        if node not in index:
+            connect(node)
+    return circles
+
+
+def core_edges() -> dict[str, set[str]]:
+    edges: dict[str, set[str]] = {}
+    for i in OWN:
+        if place(i.importer) in CORE and place(i.imported) in CORE and i.imported != "xlasim":
+            edges.setdefault(i.importer, set()).add(i.imported)
+    return edges
+
+
+def test_no_files_of_the_core_import_each_other_in_a_circle() -> None:
+    edges = core_edges()
+    assert sum(map(len, edges.values())) > 100  # the imports were read
+    assert [c for c in _circles(edges) if c not in KNOWN_CIRCLES] == []
+    # The check finds a circle where there is one.
+    assert _circles({**edges, "xlasim.base.errors": {"xlasim.ranks.world"}}) != []
+
+
+def eagerly_imported(roots: list[str]) -> set[str]:
+    """The package's modules that importing `roots` imports (module-level imports, followed)."""
+    eager = {}
+    for i in IMPORTS:
+        if i.eager and i.imported in MODULES:
+            eager.setdefault(i.importer, set()).add(i.imported)
+    seen, todo = set(), list(roots)
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        parents = [".".join(name.split(".")[:n]) for n in range(1, name.count(".") + 1)]
+        todo += [*eager.get(name, ()), *(p for p in parents if p in MODULES)]
+    return seen
+
+
+def imports_heavy(name: str) -> bool:
+    return any(i.eager and i.imported.split(".")[0] in HEAVY for i in imports_of(name))
+
+
+def _hook_modules() -> list[str]:
+    import xlasim.pytest_plugin
+
+    return list(xlasim.pytest_plugin.pytest_plugins)
+
+
+def loaded_before_torch() -> set[str]:
+    """What `import xlasim`, `xlasim.emulate` (before it starts the zygote), the `xlasim`
+    command and pytest's loading of the plugin import, and the base layer."""
+    roots = [*TORCH_FREE_ROOTS, *(n for n in MODULES if place(n) == "base"), *_hook_modules()]
+    return eagerly_imported(roots)
+
+
+def test_emulate_and_the_plugin_import_no_torch_before_they_need_it() -> None:
+    loaded = loaded_before_torch()
+    assert {"xlasim.activation", "xlasim.emulation.patches", "xlasim.base.errors"} <= loaded
+    heavy = sorted(name for name in loaded if imports_heavy(name))
+    assert heavy == [], f"imported before the zygote starts, these import torch: {heavy}"
+
+
+def test_the_imports_that_keep_torch_away_are_lazy() -> None:
+    loaded = loaded_before_torch()
+    heavy_once_imported = {
+        name for name in MODULES if any(imports_heavy(m) for m in eagerly_imported([name]))
+    }
+    lazy = {
+        (i.importer, i.imported)
+        for i in IMPORTS
+        if not i.eager
+        and i.importer in loaded
+        and (i.imported in heavy_once_imported or i.imported.split(".")[0] in HEAVY)
+    }
+    assert sorted(MUST_STAY_LAZY - lazy) == [], "listed, but no longer a lazy import"
+    assert sorted(lazy - MUST_STAY_LAZY) == [], "lazy imports that keep torch away: list them"
