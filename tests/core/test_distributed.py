@@ -80,6 +80,31 @@ def test_send_recv_pairs(world):
     assert results[1] == [100.0, 100.0] and results[3] == [102.0, 102.0]
 
 
+def test_send_and_recv_move_the_random_stream_as_torch_xlas_do(world):
+    """ProcessGroupXla's send and recv end every tensor with a step marker (torch_xla.sync()),
+    which moves the device's random stream on (docs/fidelity.md, "Random streams"): after
+    sending or receiving two tensors a rank is where two syncs leave a TPU process."""
+    import torch_xla.core.xla_model as xm
+
+    def body(rank, device):
+        xm.set_rng_state(9)
+        if rank == 0:
+            dist.send(full(1, device=device), dst=1)
+            dist.send(full(2, device=device), dst=1)
+        else:
+            received = torch.zeros(2, device=device)
+            dist.recv(received, src=0)
+            dist.recv(received, src=0)
+        after_transfers = xm.get_rng_state()
+        xm.set_rng_state(9)
+        torch_xla.sync()
+        torch_xla.sync()
+        return after_transfers, xm.get_rng_state()
+
+    for after_transfers, after_two_syncs in world.run(with_process_group(body), size=2):
+        assert after_transfers == after_two_syncs
+
+
 def test_barrier_is_a_real_rendezvous(world):
     import xlasim
 

@@ -404,7 +404,14 @@ def xla_rendezvous(
     members = tuple(range(ctx.world_size))
     torch_xla.sync()
     call = _call("rendezvous", tag=tag, replicas=members)
-    return list(ctx.run.gather(ctx.rank, members, call, payload))
+    payloads = list(ctx.run.gather(ctx.rank, members, call, payload))
+    # torch_xla's rendezvous cuts the graph twice more (after gathering the sizes, and after the
+    # payloads unless all are empty); every cut advances the device's random stream, so the
+    # emulation cuts where it does (docs/fidelity.md, "Random streams").
+    torch_xla.sync()
+    if any(payloads):
+        torch_xla.sync()
+    return payloads
 
 
 def rendezvous(tag: str, payload: bytes = b"", replicas: list[int] = []) -> list[bytes]:  # noqa: B006

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+import torch_xla
 from torch.distributed import distributed_c10d as c10d
 
 from ..base import rank_context
@@ -142,6 +143,7 @@ def _send(self, tensors, dst_rank, tag=0):
     for tensor in tensors:
         call = Call("send", (("dst", destination), ("tag", tag)), call_location())
         ctx.run.send(ctx.rank, ("dist", ctx.rank, destination, tag), call, to_host([tensor])[0])
+        torch_xla.sync()  # as ProcessGroupXla's send does per tensor: the random stream moves on
     return _ret_work(tensors)
 
 
@@ -152,6 +154,7 @@ def _recv(self, out_tensors, src_rank, tag=0):
         call = Call("recv", (("src", source), ("tag", tag)), call_location())
         sent_by, value = ctx.run.receive(ctx.rank, ("dist", source, ctx.rank, tag), call)
         check_received(value, output, sent_by, call)
+        torch_xla.sync()  # as ProcessGroupXla's recv does per tensor: the random stream moves on
         with torch.no_grad():
             output.copy_(to_device([value.clone()], output.device)[0])  # never alias the sender
     return _ret_work(out_tensors)
