@@ -1,7 +1,7 @@
 """The conformance runner: torch_xla's own multi-device tests, unmodified, on emulated cores.
 
     python -m xlasim conformance PATH/TO/xla/test [--devices 8] [--processes P] [--timeout S]
-                        [-k SUBSTRING] [--json FILE] [--suite mp|spmd|all] [--logs DIR]
+                        [-k SUBSTRING] [--json FILE] [--suite mp|spmd|tpu|all] [--logs DIR]
 
 Each test file runs in its own subprocess (`discovery` decides how: as a script under
 `xlasim run`, under pytest, or both), bounded by a timeout (`execution`); `classify` turns what
@@ -19,6 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from .baseline import compare
 from .classify import Row, classify, crashed_test
 from .discovery import SUITES, Job, discover
 from .execution import Slice, execute
@@ -62,7 +63,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=sorted(SUITES),
         default="mp",
         help="which files: mp (replica-style: test_mp_*, torch_distributed/, ...), spmd "
-        "(spmd/test_*.py), all (default mp)",
+        "(spmd/test_*.py), tpu (the other files with a TPU gate, each also run natively), all "
+        "(default mp)",
     )
     parser.add_argument(
         "--logs",
@@ -74,9 +76,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_job(job: Job, slice: Slice, timeout: float, logs: Path) -> list[Row]:
-    """Run one job and classify it. A pytest file whose process died in a test (XLA aborts on a
-    collective it cannot complete) runs again without that test, within the same time budget,
-    so one crashing test does not hide the results of the others."""
+    """Run one job and classify it; a job with a baseline (the `tpu` suite) runs natively
+    first, with a time budget of its own, and its rows say what the emulated identity changed
+    (`baseline`)."""
+    if job.baseline and job.gates is not None:
+        outcome = execute(job, slice, timeout, logs / f"{job.slug}.native", native=True)
+        native = classify(job, outcome)
+        return compare(_run_emulated(job, slice, timeout, logs), native, job.gates)
+    return _run_emulated(job, slice, timeout, logs)
+
+
+def _run_emulated(job: Job, slice: Slice, timeout: float, logs: Path) -> list[Row]:
+    """Run one job on the emulated slice and classify it. A pytest file whose process died in
+    a test (XLA aborts on a collective it cannot complete) runs again without that test, within
+    the same time budget, so one crashing test does not hide the results of the others."""
     deadline = time.monotonic() + timeout
     rows: list[Row] = []
     workdir = logs / job.slug

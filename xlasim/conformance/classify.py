@@ -40,17 +40,26 @@ SKIPPED = "skipped"
 NEEDS_PACKAGE = "needs package"
 NEEDS_TPU_HARDWARE = "needs TPU"
 KNOWN_BUG = "known bug"
+#: A test the emulated identity does not touch (it runs natively on one CPU device too) that
+#: fails natively the same way: not the emulation's doing (the `tpu` suite, see `baseline`).
+FAILS_NATIVELY = "fails natively too"
 #: Results that fail the run (and a CI job gated on it).
 GATING = frozenset({FAILED, TIMED_OUT, CRASHED, SILENT_SKIP})
 
 
 @dataclass(frozen=True)
 class Row:
+    """One file's or test's result. `native` and `identity` are filled in the `tpu` suite
+    only (`baseline`): the result natively on one CPU device, and what the emulated TPU
+    identity did to the test."""
+
     id: str
     mode: str
     result: str
     seconds: float
     reason: str
+    native: str = ""
+    identity: str = ""
 
 
 def classify(job: Job, outcome: Outcome) -> list[Row]:

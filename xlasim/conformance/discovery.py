@@ -11,6 +11,12 @@ derive from `test_xla_sharding_base.XlaShardingTest`). A file that calls
 `torchrun --nproc-per-node N FILE`, and it refuses to run otherwise): it runs only that way,
 under `xlasim run --torchrun`. The file, and a sibling module it imports, is read with `ast`,
 never imported: importing torch_xla's tests would start an XLA runtime in the runner.
+
+The `tpu` suite is chosen by content, not by name: every other test file with a TPU gate
+(`gates`), which the emulated identity opens or closes. Each runs under pytest (its `__main__`
+is `unittest.main()` or `absltest.main()`, which pytest runs test by test), first natively on
+one CPU device as a baseline, then emulated, so that each test's row says what the identity
+changed; a file without tests (a `torch_xla.launch` script gated in its ranks) runs as a script.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .expectations import SCRIPT_ARGS
+from .gates import Gates, find_gates
 
 SCRIPT = "script"
 PYTEST = "pytest"
@@ -37,6 +44,9 @@ class Suite:
 
     patterns: tuple[str, ...]
     needs_collectives: bool
+    #: Only the files with a TPU gate, outside the other suites' patterns, each also run
+    #: natively as a baseline.
+    gated: bool = False
 
 
 SUITES: dict[str, tuple[Suite, ...]] = {
@@ -54,7 +64,10 @@ SUITES: dict[str, tuple[Suite, ...]] = {
     ),
     "spmd": (Suite(("spmd/test_*.py",), needs_collectives=False),),
 }
-SUITES["all"] = SUITES["mp"] + SUITES["spmd"]
+SUITES["tpu"] = (Suite(("**/test_*.py",), needs_collectives=False, gated=True),)
+SUITES["all"] = SUITES["mp"] + SUITES["spmd"] + SUITES["tpu"]
+#: The files of the suites chosen by name, which a gated suite leaves to them.
+_NAMED = tuple(p for name in ("mp", "spmd") for part in SUITES[name] for p in part.patterns)
 
 
 @dataclass(frozen=True)
@@ -67,6 +80,9 @@ class Job:
     needs_collectives: bool
     args: tuple[str, ...] = field(default=())
     deselect: tuple[str, ...] = field(default=())
+    #: Run natively first and compare (the `tpu` suite), knowing the file's TPU gates.
+    baseline: bool = False
+    gates: Gates | None = None
 
     @property
     def rel(self) -> str:
@@ -92,10 +108,32 @@ def discover(root: Path, suite: str, select: str | None = None) -> list[Job]:
             rel = path.relative_to(root).as_posix()
             if select and select not in rel:
                 continue
-            for mode in modes(path.read_text(encoding="utf-8", errors="replace"), path.parent):
+            source = path.read_text(encoding="utf-8", errors="replace")
+            if part.gated:
+                jobs.extend(_gated_jobs(root, path, source))
+                continue
+            for mode in modes(source, path.parent):
                 args = SCRIPT_ARGS.get(rel, ()) if mode != PYTEST else ()
                 jobs.append(Job(root, path, mode, part.needs_collectives, args))
     return jobs
+
+
+def _gated_jobs(root: Path, path: Path, source: str) -> list[Job]:
+    """The job for a file of the `tpu` suite: none unless it has a TPU gate and is no other
+    suite's; under pytest when it has tests, else as a script when it has a `__main__` block (a
+    launch script whose ranks check the hardware, so it must launch and run collectives to
+    pass); none for a helper module (`test_utils.py`)."""
+    tree = _parse(source)
+    if tree is None or any(path.relative_to(root).match(p) for p in _NAMED):
+        return []
+    gates = find_gates(tree)
+    if not gates.anywhere:
+        return []
+    if _has_tests(tree, _sibling_test_cases(tree, path.parent)):
+        return [Job(root, path, PYTEST, False, baseline=True, gates=gates)]
+    if _has_main(tree):
+        return [Job(root, path, SCRIPT, True, baseline=True, gates=gates)]
+    return []
 
 
 def modes(source: str, folder: Path | None = None) -> list[str]:
@@ -177,15 +215,21 @@ def _has_tests(tree: ast.Module, inherited: frozenset[str] = frozenset()) -> boo
     return False
 
 
+#: Base classes of tests: unittest's and absl's `TestCase`s, and torch's `DeviceTypeTestBase`
+#: (test_python_ops.py's classes derive from it through pytorch_test_base.XLATestBase; torch's
+#: `instantiate_device_type_tests` makes the classes pytest collects).
+_TEST_BASES = ("TestCase", "TestBase")
+
+
 def _test_cases(tree: ast.Module, inherited: frozenset[str] = frozenset()) -> set[str]:
     """The classes `tree` defines that derive from a `TestCase` (`unittest.TestCase`,
-    `parameterized.TestCase`, ...): directly, through a class defined before them in the file
+    `parameterized.TestCase`, ...) or a `DeviceTypeTestBase`: directly, through a class defined before them in the file
     (test_xla_distributed_checkpoint.py's `DistributedCheckpointTestBase`), or through one of
     `inherited`."""
     found: set[str] = set()
     for node in tree.body:
         if isinstance(node, ast.ClassDef) and any(
-            _base_name(base).endswith("TestCase") or _dotted_name(base) in found | inherited
+            _base_name(base).endswith(_TEST_BASES) or _dotted_name(base) in found | inherited
             for base in node.bases
         ):
             found.add(node.name)

@@ -66,9 +66,13 @@ class Outcome:
         return self.status is None
 
 
-def execute(job: Job, slice: Slice, timeout: float, workdir: Path) -> Outcome:
+def execute(
+    job: Job, slice: Slice, timeout: float, workdir: Path, *, native: bool = False
+) -> Outcome:
     """Run `job` on the emulated `slice` with `workdir` as its working directory (where
-    anything the test writes to its current directory lands, with its output and reports)."""
+    anything the test writes to its current directory lands, with its output and reports);
+    `native`: instead without xlasim, on one CPU device, as torch_xla's CPU CI runs it (the
+    baseline a `tpu` suite row is compared with)."""
     workdir.mkdir(parents=True, exist_ok=True)
     log, report, junit = workdir / "output.log", workdir / "run-report.json", workdir / "junit.xml"
     progress = workdir / "started.txt"
@@ -76,9 +80,9 @@ def execute(job: Job, slice: Slice, timeout: float, workdir: Path) -> Outcome:
         stale.unlink(missing_ok=True)
     started = time.monotonic()
     status = run_bounded(
-        command(job, slice, junit),
+        native_command(job, junit) if native else command(job, slice, junit),
         cwd=workdir,
-        env=environment(job, timeout, report, progress),
+        env=environment(job, timeout, report, progress, native=native),
         log=log,
         timeout=timeout,
     )
@@ -127,6 +131,23 @@ def command(job: Job, slice: Slice, junit: Path) -> list[str]:
     ]
 
 
+def native_command(job: Job, junit: Path) -> list[str]:
+    """`job` without xlasim: the file as a script, or under pytest without xlasim's plugin."""
+    if job.mode != PYTEST:
+        return [sys.executable, str(job.path), *job.args]
+    return [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "no:xlasim",
+        str(job.path),
+        f"--rootdir={job.root}",
+        "--import-mode=prepend",
+        *probed_pytest_options(junit, job.deselect),
+    ]
+
+
 def probed_pytest_options(junit: Path, deselect: Sequence[str]) -> list[str]:
     """The pytest options of a probed run: junit with every test's output, the probe plugin
     that records each test's launches and collectives, and the tests left out."""
@@ -146,9 +167,13 @@ def probed_pytest_options(junit: Path, deselect: Sequence[str]) -> list[str]:
     ]
 
 
-def environment(job: Job, timeout: float, report: Path, progress: Path) -> dict[str, str]:
+def environment(
+    job: Job, timeout: float, report: Path, progress: Path, *, native: bool = False
+) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in _FOREIGN_ENV}
     env.update(PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1", PYTHONFAULTHANDLER="1")
+    if native:
+        env["PJRT_DEVICE"] = "CPU"  # and no CPU_NUM_DEVICES: one device
     # A collective's wait includes the other ranks' compiles, minutes for a ResNet on a small
     # machine; xlasim's 60 s default would report those as hangs. Half the file's budget still
     # reports a real hang, with every rank's stack, before the file is killed.

@@ -21,10 +21,17 @@ def failing(rows: Sequence[Row]) -> list[Row]:
 
 
 def format_table(rows: Sequence[Row]) -> str:
+    """The rows as a table; rows compared with a native run (the `tpu` suite) also show what
+    the emulated identity did and the native result, and the count of untouched tests."""
+    compared = any(row.native for row in rows)
     cells = [
-        (row.id, row.mode, row.result, f"{row.seconds:.1f}", _cell(row.reason)) for row in rows
+        (row.id, row.mode, row.result, f"{row.seconds:.1f}", _cell(row.reason))
+        + ((row.identity or "-", _cell(row.native)) if compared else ())
+        for row in rows
     ]
-    header = ("test", "mode", "result", "seconds", "reason")
+    header = ("test", "mode", "result", "seconds", "reason") + (
+        ("identity", "natively") if compared else ()
+    )
     widths = [max(len(r[i]) for r in [header, *cells]) for i in range(len(header))]
 
     def line(values: Sequence[str]) -> str:
@@ -36,6 +43,10 @@ def format_table(rows: Sequence[Row]) -> str:
     rule = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
     counts = Counter(row.result for row in rows)
     total = ", ".join(f"{n} {result}" for result, n in sorted(counts.items()))
+    if compared:
+        touched = Counter(row.identity for row in rows if row.identity)
+        total += "; the identity " + ", ".join(f"{k} {n}" for k, n in sorted(touched.items()))
+        total += f", leaves {len(rows) - sum(touched.values())} untouched"
     return "\n".join([line(header), rule, *map(line, cells), "", f"{len(rows)} rows: {total}"])
 
 

@@ -1,0 +1,63 @@
+"""Comparing a `tpu` suite file's emulated rows with its native run, test by test.
+
+The tests that matter in the `tpu` suite are the ones the emulated TPU identity changes; the
+rest run natively on one CPU device too (torch_xla's CPU CI runs them there). Every emulated row
+gets the native result next to it and one of these:
+
+- `opens`: natively skipped (or not collected, or a script that printed "not a TPU device"),
+  emulated it runs: its result is the emulation's to answer for.
+- `closes`: natively it runs, emulated it is skipped, with upstream's reason ("Not supported
+  on TPU"): what a TPU does too.
+- `branches`: it runs both ways, but its body or decorators ask the identity (`gates`) and
+  take the TPU's branch emulated (`if xla_device_hw(device) != 'TPU': return`).
+- empty: untouched. Such a test that fails emulated as it fails natively is `fails natively
+  too`, not a gate; one that passes natively and fails emulated stays a failure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from .classify import FAILS_NATIVELY, GATING, SILENT_SKIP, SKIPPED, Row
+from .gates import Gates, function_of
+
+OPENS = "opens"
+CLOSES = "closes"
+BRANCHES = "branches"
+
+#: Native results that mean "did not run": the identity opened the test if it runs emulated.
+_NOT_RUN = frozenset({SKIPPED, SILENT_SKIP})
+
+
+def compare(rows: Sequence[Row], native: Sequence[Row], gates: Gates) -> list[Row]:
+    """`rows` (emulated) with what `native` rows say of the same ids; `gates`: the file's."""
+    by_id = {row.id: row for row in native}
+    return [_compared(row, by_id.get(row.id), gates) for row in rows]
+
+
+def _compared(row: Row, native: Row | None, gates: Gates) -> Row:
+    natively = f"{native.result}: {native.reason}".rstrip(": ") if native else "not run"
+    identity = _identity(row, native, gates)
+    result = row.result
+    if (
+        not identity
+        and result in GATING
+        and native is not None
+        and native.result == result
+        and native.reason == row.reason
+    ):
+        result = FAILS_NATIVELY
+    return dataclasses.replace(row, result=result, native=natively, identity=identity)
+
+
+def _identity(row: Row, native: Row | None, gates: Gates) -> str:
+    ran = row.result != SKIPPED
+    ran_natively = native is not None and native.result not in _NOT_RUN
+    if ran and not ran_natively:
+        return OPENS
+    if not ran and ran_natively:
+        return CLOSES
+    if ran and function_of(row.id.split("::")[-1], gates) in gates.functions:
+        return BRANCHES
+    return ""
