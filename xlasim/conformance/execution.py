@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .discovery import PYTEST, TORCHRUN, Job
+from .expectations import FILE_ENV
 from .pytest_probe import PROGRESS_ENV
 
 #: Variables of the caller that would pick another platform or slice than the one asked for.
@@ -172,6 +173,7 @@ def environment(
 ) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in _FOREIGN_ENV}
     env.update(PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1", PYTHONFAULTHANDLER="1")
+    env.update(FILE_ENV.get(job.rel, {}))
     if native:
         env["PJRT_DEVICE"] = "CPU"  # and no CPU_NUM_DEVICES: one device
     # A collective's wait includes the other ranks' compiles, minutes for a ResNet on a small

@@ -85,3 +85,11 @@ SCRIPT_ARGS: dict[str, tuple[str, ...]] = {
     # barriers", so no gradient checkpointing runs. Its model size and steps take no flags.
     "spmd/test_train_spmd_linear_model.py": ("--skip-gradient-checkpointing",),
 }
+
+#: Environment variables torch_xla's own runs set for a file (test/run_tests.sh and
+#: test/tpu/run_tests.sh), set here too, natively and emulated.
+FILE_ENV: dict[str, dict[str, str]] = {
+    # Bounded dynamic shapes for nonzero / masked_select, test/tpu/run_tests.sh's value: without
+    # them its compile-once test compiles once per input (it counts compiles).
+    "ds/test_dynamic_shape_models.py": {"XLA_EXPERIMENTAL": "nonzero:masked_select:nms"},
+}
