@@ -222,3 +222,27 @@ def test_world_of_64_cores_completes_an_all_reduce(tmp_path, processes):
         )
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"[{float(sum(range(64)))}] 64" in done.stdout
+
+
+def test_a_rank_whose_device_cannot_be_set_up_fails_its_launch_naming_why(tmp_path):
+    """torch_xla's TPU PJRT plugin, loaded as a dynamic plugin without libtpu (as its own
+    test/pjrt/test_dynamic_plugin_tpu.py does off a TPU, in a world of 1): the rank thread
+    cannot set its device up. The launch must fail with the plugin's error as the rank's, not
+    wait for a rank that is gone (it waited forever)."""
+    script = tmp_path / "tpu_plugin.py"
+    script.write_text(
+        "import torch_xla\n"
+        "from torch_xla._internal import tpu\n"
+        "from torch_xla.experimental import plugins\n"
+        "import torch_xla.runtime as xr\n"
+        "def fn(index):\n"
+        "    torch_xla.device()\n"
+        "if __name__ == '__main__':\n"
+        "    plugins.register_plugin('TPU', tpu.TpuPlugin())\n"
+        "    plugins.use_dynamic_plugins()\n"
+        "    xr.set_device_type('TPU')\n"
+        "    torch_xla.launch(fn)\n"
+    )
+    done = python("-m", "xlasim", "run", "--devices", "1", str(script), timeout=120)
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "rank 0 of 1 raised OSError: libtpu not found" in done.stderr, done.stderr[-3000:]

@@ -62,8 +62,12 @@ class RankThread:
     def _serve(self) -> None:
         import torch_xla  # not at module import: emulation must choose the platform first
 
-        torch_xla._XLAC._xla_set_default_device(self.device)
-        generator = launch_reset.DeviceGenerator(self.device)
+        try:
+            torch_xla._XLAC._xla_set_default_device(self.device)
+            generator = launch_reset.DeviceGenerator(self.device)
+        except Exception as error:
+            self._fail_every_job(error)
+            return
         while True:
             job = self.jobs.get()
             if job is None:
@@ -77,6 +81,18 @@ class RankThread:
                 rank_context.bind(None)
                 _flush_std_streams()
             run.finish(ended)
+
+    def _fail_every_job(self, error: Exception) -> None:
+        """The rank's device could not be set up (a PJRT plugin that cannot load: torch_xla's
+        TPU plugin without libtpu): each job fails with that error as the rank's own, instead
+        of the thread dying unseen while its launch waits for it."""
+
+        def unusable(*args: Any, **kwargs: Any) -> Any:
+            raise error
+
+        while (job := self.jobs.get()) is not None:
+            run = job[0]
+            run.finish(rank_outcome.call(self.rank, run.size, unusable, (), {}, run.collect, run))
 
     def _call(
         self,
