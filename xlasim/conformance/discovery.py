@@ -25,7 +25,7 @@ import ast
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .expectations import SCRIPT_ARGS
+from .expectations import SCRIPT_ARGS, SCRIPT_ONLY
 from .gates import Gates, find_gates
 
 SCRIPT = "script"
@@ -120,19 +120,24 @@ def discover(root: Path, suite: str, select: str | None = None) -> list[Job]:
 
 def _gated_jobs(root: Path, path: Path, source: str) -> list[Job]:
     """The job for a file of the `tpu` suite: none unless it has a TPU gate and is no other
-    suite's; under pytest when it has tests, else as a script when it has a `__main__` block (a
-    launch script whose ranks check the hardware, so it must launch and run collectives to
-    pass); none for a helper module (`test_utils.py`)."""
+    suite's; under pytest when it has tests (unless `SCRIPT_ONLY` says why not), else as a
+    script when it has a `__main__` block (a launch script whose ranks check the hardware, so
+    it must launch and run collectives to pass); none for a helper module (`test_utils.py`)."""
     tree = _parse(source)
     if tree is None or any(path.relative_to(root).match(p) for p in _NAMED):
         return []
     gates = find_gates(tree)
     if not gates.anywhere:
         return []
-    if _has_tests(tree, _sibling_test_cases(tree, path.parent)):
+    rel = path.relative_to(root).as_posix()
+    has_tests = _has_tests(tree, _sibling_test_cases(tree, path.parent))
+    if has_tests and rel not in SCRIPT_ONLY:
         return [Job(root, path, PYTEST, False, baseline=True, gates=gates)]
     if _has_main(tree):
-        return [Job(root, path, SCRIPT, True, baseline=True, gates=gates)]
+        # A launch script must launch and run collectives; a test file run as a script
+        # (SCRIPT_ONLY) reports through unittest's verdict.
+        args = SCRIPT_ARGS.get(rel, ())
+        return [Job(root, path, SCRIPT, not has_tests, args, baseline=True, gates=gates)]
     return []
 
 

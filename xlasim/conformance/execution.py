@@ -142,6 +142,11 @@ def native_command(job: Job, junit: Path) -> list[str]:
         "pytest",
         "-p",
         "no:xlasim",
+        # Imported before collection, as xlasim's plugin imports it: prepend mode puts the
+        # checkout's root on sys.path, and its torch_xla/ source folder would shadow the
+        # installed package.
+        "-p",
+        "torch_xla",
         str(job.path),
         f"--rootdir={job.root}",
         "--import-mode=prepend",
@@ -184,7 +189,10 @@ def environment(
         # Run as scripts, torch_xla's tests find their helpers (args_parse, distributed_util)
         # through sys.argv[0]; under pytest that is pytest's path, so put test/ on the path.
         # The file's own folder too, as for a script: test/spmd's files import their siblings.
-        paths = [str(job.root), str(job.path.parent), env.get("PYTHONPATH")]
+        # And the checkout's examples/, which files find the same way (test_assume_pure.py,
+        # dynamo/test_dynamo_dynamic_shape.py: `decoder_only_model`).
+        examples = job.root.parent / "examples"
+        paths = [str(job.root), str(job.path.parent), str(examples), env.get("PYTHONPATH")]
         env["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
         env[PROGRESS_ENV] = str(progress)
     else:

@@ -84,6 +84,12 @@ SCRIPT_ARGS: dict[str, tuple[str, ...]] = {
     # As torch_xla's CPU CI runs it (test/run_tests.sh): "CPU does not support optimization
     # barriers", so no gradient checkpointing runs. Its model size and steps take no flags.
     "spmd/test_train_spmd_linear_model.py": ("--skip-gradient-checkpointing",),
+    # A benchmark whose default --kernel is not one of its kernels; the first of its usage
+    # lines, the torch_xla path (a Pallas kernel on a TPU).
+    "benchmarks/test_ragged_paged_attention_benchmark.py": (
+        "--kernel",
+        "ragged-paged-attention-with-torch-xla-dynamo",
+    ),
 }
 
 #: Environment variables torch_xla's own runs set for a file (test/run_tests.sh and
@@ -92,4 +98,13 @@ FILE_ENV: dict[str, dict[str, str]] = {
     # Bounded dynamic shapes for nonzero / masked_select, test/tpu/run_tests.sh's value: without
     # them its compile-once test compiles once per input (it counts compiles).
     "ds/test_dynamic_shape_models.py": {"XLA_EXPERIMENTAL": "nonzero:masked_select:nms"},
+}
+
+#: `tpu` suite files that run as scripts although they have tests, with why: their module-level
+#: code must run before the XLA runtime starts, and xlasim's pytest plugin starts it before
+#: collection (emulation fixes the device count first).
+SCRIPT_ONLY: dict[str, str] = {
+    "pjrt/test_dynamic_plugin_tpu.py": "enables torch_xla's dynamic PJRT plugins at import "
+    "(`plugins.use_dynamic_plugins()`: 'Can't enable dynamic plugins after XLA runtime is "
+    "initialized')",
 }
