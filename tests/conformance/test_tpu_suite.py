@@ -18,8 +18,16 @@ from pathlib import Path
 import pytest
 
 from xlasim.conformance.baseline import BRANCHES, CLOSES, OPENS, compare
-from xlasim.conformance.classify import FAILED, FAILS_NATIVELY, PASSED, SKIPPED, Row
-from xlasim.conformance.discovery import PYTEST, SCRIPT, discover
+from xlasim.conformance.classify import (
+    EMULATION_LIMIT,
+    FAILED,
+    FAILS_NATIVELY,
+    PASSED,
+    SKIPPED,
+    Row,
+    failure,
+)
+from xlasim.conformance.discovery import PYTEST, SCRIPT, Job, discover
 from xlasim.conformance.gates import find_gates, function_of
 from xlasim.conformance.table import failing, format_table
 
@@ -251,3 +259,13 @@ def test_an_opened_test_that_fails_fails_the_run(run) -> None:
     header = [cell.strip() for cell in done.stdout.splitlines()[0].split("|")[1:-1]]
     assert header[-2:] == ["identity", "natively"]
     assert done.stdout.rstrip().endswith("the identity closes 1, opens 2, leaves 2 untouched")
+
+
+def test_a_documented_limit_of_emulation_is_named_only_on_its_signature(tmp_path: Path) -> None:
+    job = Job(tmp_path, tmp_path / "dynamo/test_traceable_collectives.py", SCRIPT, True)
+    output = 'Traceback ...\n    assert met.metric_data("ExecuteTime")[0] == 1\nAssertionError\n'
+    result, reason = failure(job, job.rel, output, "AssertionError")
+    assert result == EMULATION_LIMIT and "docs/fidelity.md#cannot-match" in reason
+    assert failing([Row(job.rel, SCRIPT, result, 1.0, reason)]) == []
+    other = failure(job, job.rel, "ValueError: wrong\n", "ValueError: wrong")
+    assert other == (FAILED, "ValueError: wrong")

@@ -18,7 +18,13 @@ from pathlib import Path
 
 from .discovery import PYTEST, Job
 from .execution import Outcome
-from .expectations import HARDWARE_GATES, KNOWN_BUGS, NEEDS_TPU, NO_COLLECTIVES
+from .expectations import (
+    EMULATION_LIMITS,
+    HARDWARE_GATES,
+    KNOWN_BUGS,
+    NEEDS_TPU,
+    NO_COLLECTIVES,
+)
 from .pytest_probe import COLLECTIVES, LAUNCHES
 from .reasons import (
     assertion_site,
@@ -40,6 +46,7 @@ SKIPPED = "skipped"
 NEEDS_PACKAGE = "needs package"
 NEEDS_TPU_HARDWARE = "needs TPU"
 KNOWN_BUG = "known bug"
+EMULATION_LIMIT = "emulation limit"
 #: A test the emulated identity does not touch (it runs natively on one CPU device too) that
 #: fails natively the same way: not the emulation's doing (the `tpu` suite, see `baseline`).
 FAILS_NATIVELY = "fails natively too"
@@ -130,17 +137,19 @@ def _describe(launches: int, collectives: Counter[str]) -> str:
 
 def failure(job: Job, id: str, text: str, error: str) -> tuple[str, str]:
     """Why a run or test failed: a missing optional package, TPU-only code, a documented
-    upstream bug whose signature is in the output, or else `error` (its first error line)."""
+    upstream bug or limit of emulation whose signature is in the output, or else `error` (its
+    first error line)."""
     package = missing_package(text, job.root)
     if package:
         return NEEDS_PACKAGE, f"needs {package} (No module named {package!r})"
     for pattern, why in NEEDS_TPU:
         if pattern.search(text):
             return NEEDS_TPU_HARDWARE, why
-    for key in (id, job.rel):
-        bug = KNOWN_BUGS.get(key)
-        if bug and re.search(bug.signature, text):
-            return KNOWN_BUG, f"{bug.reason} ({bug.link})"
+    for result, table in ((KNOWN_BUG, KNOWN_BUGS), (EMULATION_LIMIT, EMULATION_LIMITS)):
+        for key in (id, job.rel):
+            known = table.get(key)
+            if known and re.search(known.signature, text):
+                return result, f"{known.reason} ({known.link})"
     error = compact(error)
     site = assertion_site(text) if re.search(r"AssertionError:?\s*$", error) else None
     return FAILED, f"{error.rstrip(': ')} at {site}" if site else error
