@@ -207,6 +207,11 @@ def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name, text in files.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(text)
+    # As in a checkout: test/ is a package, so pytest's prepend mode puts the checkout's root on
+    # sys.path, where torch_xla's source folder must not shadow the installed package.
+    (root / "__init__.py").write_text("")
+    (root.parent / "torch_xla").mkdir()
+    (root.parent / "torch_xla" / "__init__.py").write_text("raise ImportError('source folder')\n")
     return root
 
 
