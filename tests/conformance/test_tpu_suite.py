@@ -17,13 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from xlasim.conformance.baseline import BRANCHES, CLOSES, OPENS, compare
+from xlasim.conformance.baseline import BRANCHES, CLOSES, OPENS, UNKNOWN, compare
 from xlasim.conformance.classify import (
     EMULATION_LIMIT,
     FAILED,
     FAILS_NATIVELY,
     PASSED,
     SKIPPED,
+    TIMED_OUT,
     Row,
     failure,
 )
@@ -151,6 +152,10 @@ def test_the_comparison_names_what_the_identity_changed() -> None:
     }
     rows = compare(emulated, native, gates)
     assert [r.id.split("::")[-1] for r in failing(rows)] == ["test_opened", "test_regressed"]
+    lost = [Row("f.py", PYTEST, TIMED_OUT, 900.0, "killed after 900 s")]
+    unknown = compare(emulated, lost, gates)
+    assert {r.identity for r in unknown} == {UNKNOWN}
+    assert [r.result for r in unknown] == [r.result for r in emulated]
     summary = format_table(rows).splitlines()[-1]
     assert summary.endswith("the identity branches 1, closes 1, opens 2, leaves 3 untouched")
 

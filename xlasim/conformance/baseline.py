@@ -10,6 +10,7 @@ gets the native result next to it and one of these:
   on TPU"): what a TPU does too.
 - `branches`: it runs both ways, but its body or decorators ask the identity (`gates`) and
   take the TPU's branch emulated (`if xla_device_hw(device) != 'TPU': return`).
+- `unknown`: the native run timed out or crashed before it reported its tests.
 - empty: untouched. Such a test that fails emulated as it fails natively is `fails natively
   too`, not a gate; one that passes natively and fails emulated stays a failure.
 """
@@ -19,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from .classify import FAILS_NATIVELY, GATING, SILENT_SKIP, SKIPPED, Row
+from .classify import CRASHED, FAILS_NATIVELY, GATING, SILENT_SKIP, SKIPPED, TIMED_OUT, Row
 from .gates import Gates, function_of
 
 OPENS = "opens"
@@ -30,9 +31,18 @@ BRANCHES = "branches"
 _NOT_RUN = frozenset({SKIPPED, SILENT_SKIP})
 
 
+#: What a row says when the native run ended without per-test results (it timed out or
+#: crashed before junit was written): nothing to compare with.
+UNKNOWN = "unknown"
+
+
 def compare(rows: Sequence[Row], native: Sequence[Row], gates: Gates) -> list[Row]:
     """`rows` (emulated) with what `native` rows say of the same ids; `gates`: the file's."""
     by_id = {row.id: row for row in native}
+    lost = next((n for n in native if n.result in (TIMED_OUT, CRASHED) and "::" not in n.id), None)
+    if lost is not None:
+        natively = f"{lost.result}: {lost.reason}"
+        return [dataclasses.replace(row, native=natively, identity=UNKNOWN) for row in rows]
     return [_compared(row, by_id.get(row.id), gates) for row in rows]
 
 

@@ -179,6 +179,9 @@ def environment(
     env = {k: v for k, v in os.environ.items() if k not in _FOREIGN_ENV}
     env.update(PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1", PYTHONFAULTHANDLER="1")
     env.update(FILE_ENV.get(job.rel, {}))
+    devices = job.root / "pytorch_test_base.py"
+    if devices.is_file():  # test/run_tests.sh exports it for every file
+        env["TORCH_TEST_DEVICES"] = str(devices)  # torch's device-type tests get an XLA variant
     if native:
         env["PJRT_DEVICE"] = "CPU"  # and no CPU_NUM_DEVICES: one device
     # A collective's wait includes the other ranks' compiles, minutes for a ResNet on a small
