@@ -120,3 +120,22 @@ def test_hosts_of_a_pod_tile_the_slice():
 def test_an_unknown_generation_is_refused():
     with pytest.raises(ValueError, match="unknown TPU generation 'v9'"):
         Topology(8, generation="v9")
+
+
+def test_asking_for_the_tpu_it_is_changes_nothing_and_another_type_is_refused(world):
+    """`xr.set_device_type('TPU')` after the runtime started is a no-op on a TPU VM (its
+    environment says TPU); torch_xla's own TPU tests call it in setUp. Another type is still
+    refused once the runtime runs, with torch_xla's error."""
+    torch_xla.device()
+    xr.set_device_type("TPU")
+    assert xr.device_type() == "TPU"
+    assert (
+        world.run(
+            lambda rank: float(
+                xm.all_reduce(xm.REDUCE_SUM, torch.ones(1, device=torch_xla.device())).item()
+            )
+        )[0]
+        == 8.0
+    )
+    with pytest.raises(RuntimeError, match="Can't change device type after XLA runtime"):
+        xr.set_device_type("CUDA")

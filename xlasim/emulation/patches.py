@@ -56,6 +56,7 @@ def _targets() -> list[tuple[Any, str, Any]]:
             "host_index",
             "local_process_count",
             "device_type",
+            "set_device_type",
         )
     }
     targets = [(xr, name, fn) for name, fn in queries.runtime_queries(runtime_originals).items()]

@@ -47,7 +47,22 @@ def runtime_queries(originals: dict[str, Callable[..., Any]]) -> dict[str, Calla
     }
     replaced = {name: _in_rank(answer, originals[name]) for name, answer in answers.items()}
     replaced["device_type"] = lambda: DEVICE_TYPE
+    replaced["set_device_type"] = _set_device_type(originals["set_device_type"])
     return replaced
+
+
+def _set_device_type(original: Callable[[str], None]) -> Callable[[str], None]:
+    """xr.set_device_type: asking an emulated slice for the TPU it already is changes nothing,
+    as on a TPU VM (whose environment says TPU), also after the runtime started; the CPU client
+    underneath stays. Any other type goes to torch_xla, which refuses a change once the runtime
+    runs. torch_xla's TPU tests ask for it in setUp (pjrt/test_runtime_tpu.py)."""
+
+    def set_device_type(pjrt_device: str) -> None:
+        if pjrt_device != DEVICE_TYPE:
+            original(pjrt_device)
+
+    set_device_type.__wrapped__ = original
+    return set_device_type
 
 
 def supported_devices(original: Callable[..., list[str]]) -> Callable[..., list[str]]:
