@@ -373,15 +373,20 @@ def test_missing_optional_package_but_not_a_module_of_the_test_tree(tmp_path: Pa
 
 
 def test_a_pallas_kernel_failure_needs_a_tpu(tmp_path: Path) -> None:
-    output = (
-        "Traceback (most recent call last):\n"
-        '  File "/v/site-packages/torch_xla/experimental/custom_kernel.py", line 200, in flash\n'
-        "RuntimeError: Mosaic kernels cannot run on CPU\n"
+    frame = (
+        '  File "/v/site-packages/torch_xla/experimental/custom_kernel.py", line 248, in trace\n'
+    )
+    output = f"Traceback (most recent call last):\n{frame}" + (
+        "ValueError: Only interpret mode is supported on CPU backend.\n"
     )
     (row,) = classify(_job(tmp_path), _outcome(tmp_path, 1, output))
     assert row.result == NEEDS_TPU_HARDWARE and "Pallas" in row.reason
     (row,) = classify(_job(tmp_path), _outcome(tmp_path, 1, "RuntimeError: TPU not found\n"))
     assert row.result == FAILED  # saying "TPU" is not proof
+    # Nor is passing through the kernel code: its input checks run before any TPU code.
+    unpack = "ValueError: not enough values to unpack (expected 2, got 1)\n"
+    (row,) = classify(_job(tmp_path), _outcome(tmp_path, 1, f"Traceback:\n{frame}{unpack}"))
+    assert row.result == FAILED
 
 
 def test_a_crash_names_the_signal_and_xlas_fatal_line(tmp_path: Path) -> None:
