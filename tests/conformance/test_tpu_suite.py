@@ -9,6 +9,7 @@ miniature tree (two files, each run twice, ~10 s apiece).
 from __future__ import annotations
 
 import ast
+import importlib.util
 import json
 import os
 import subprocess
@@ -22,6 +23,7 @@ from xlasim.conformance.classify import (
     EMULATION_LIMIT,
     FAILED,
     FAILS_NATIVELY,
+    NEEDS_PACKAGE,
     PASSED,
     SKIPPED,
     TIMED_OUT,
@@ -279,3 +281,12 @@ def test_a_documented_limit_of_emulation_is_named_only_on_its_signature(tmp_path
     assert failing([Row(job.rel, SCRIPT, result, 1.0, reason)]) == []
     other = failure(job, job.rel, "ValueError: wrong\n", "ValueError: wrong")
     assert other == (FAILED, "ValueError: wrong")
+
+
+def test_torch_xlas_jax_feature_error_names_the_missing_package(tmp_path: Path) -> None:
+    """torch_xla swallows the ImportError of torchax / jax and says only "Jax is required"."""
+    job = Job(tmp_path, tmp_path / "test_assume_pure.py", PYTEST, False)
+    output = "E   AssertionError: Jax is required for this feature\n"
+    missing = "torchax" if importlib.util.find_spec("jax") else "jax"
+    result, reason = failure(job, job.rel, output, "AssertionError: Jax is required")
+    assert (result, reason) == (NEEDS_PACKAGE, f"needs {missing} (No module named {missing!r})")

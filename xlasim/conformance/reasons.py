@@ -7,6 +7,7 @@ outputs written by hand.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import signal
 from pathlib import Path
@@ -55,7 +56,14 @@ def missing_package(text: str, root: Path) -> str | None:
         own = top == root.name or (root / f"{top}.py").exists() or (root / top).is_dir()
         if top not in _STACK and not own:
             return top
+    if _JAX_FEATURE in text:
+        return "torchax" if importlib.util.find_spec("jax") else "jax"
     return None
+
+
+#: torch_xla's own error when `torchax` or `jax` cannot be imported (its `maybe_get_torchax`,
+#: `maybe_get_jax` return None): the import error itself is swallowed.
+_JAX_FEATURE = "AssertionError: Jax is required for this feature"
 
 
 def crash_reason(status: int | None, text: str) -> str | None:
