@@ -1,7 +1,8 @@
-"""Benchmarks of issues 6 and 11: emulated collectives, start-up, dispatch and memory, in both
+"""Benchmarks of issues 6, 11 and 24: emulated collectives, start-up, dispatch, memory and
+compilation, in both
 xlasim modes (isolated ranks, the default, and threads), each against peers from the same run.
 
-    python benchmarks/run.py [--quick] [--suite] [--json PATH]
+    python benchmarks/run.py [--quick] [--suite] [--compile-only] [--json PATH]
 
 Every measure runs in a bounded child process (see processes.py); this process collects the
 records and prints the table and the targets. The machine may be shared, so figures are judged
@@ -35,6 +36,15 @@ GLOO_TIMEOUT_S = {2: 180.0, 8: 240.0, 32: 420.0}
 #: The memory probe starts 64 worker processes in isolated mode: a minute on a loaded machine.
 PROBE_TIMEOUT_S = {"startup": 240.0, "dispatch": 240.0, "rss": 600.0}
 PROBES = ("startup", "dispatch", "rss")
+#: The compile case (issue 24): one rank, then 8 in each mode, then 8 threads taking turns at
+#: compiling (`--share`); a loaded machine needs minutes for each.
+COMPILE_CASES = (
+    (1, "isolated", False),
+    (8, "isolated", False),
+    (8, "threads", False),
+    (8, "threads", True),
+)
+COMPILE_TIMEOUT_S = 900.0
 #: What `isolated_over_threads` divides, by op (time, except for memory).
 PEER_METRIC = {"rss": "pss_bytes"}
 
@@ -174,6 +184,23 @@ def probe_records(rounds: int, notes: list[str], progress: Progress) -> list[Rec
     return [complete(r) for r in records]
 
 
+def compile_records(notes: list[str], progress: Progress) -> list[Record]:
+    """The issue's training script on 1 rank and on 8 (both modes), back to back, each in a
+    fresh process; every 8-rank record gets `over_one_rank`, its time over the 1-rank run's."""
+    records = []
+    for devices, mode, share in COMPILE_CASES:
+        shared = ", compilations shared" if share else ""
+        progress(f"compile case (MLP training), N={devices}, {mode}{shared}")
+        arguments = ["--devices", str(devices), "--mode", mode] + (["--share"] if share else [])
+        finished = run_script("compilation.py", arguments, COMPILE_TIMEOUT_S)
+        records += worker_records(finished, f"compile case N={devices} {mode}{shared}", notes)
+    one = next((r for r in records if r["devices"] == 1), None)
+    for r in records:
+        if one is not None and r["devices"] > 1:
+            r["over_one_rank"] = ratio(r["xlasim_s"], one["xlasim_s"])
+    return [complete(r) for r in records]
+
+
 def suite_records(paths: list[str], notes: list[str], progress: Progress) -> list[Record]:
     """The repository's suite (or `paths` of it) in both modes, back to back (the slow part:
     ~15+ min each for the whole suite)."""
@@ -204,6 +231,11 @@ def arguments() -> argparse.Namespace:
         "or on the PATHs given (e.g. --suite tests/properties tests/core)",
     )
     parser.add_argument(
+        "--compile-only",
+        action="store_true",
+        help="only the compile case (issue 24): an MLP's training on 1 rank, then 8 in each mode",
+    )
+    parser.add_argument(
         "--json", type=Path, metavar="PATH", help="write the records as a JSON list"
     )
     return parser.parse_args()
@@ -214,6 +246,9 @@ def main() -> None:
     device_counts, repeats, rounds = ((2, 8), 3, 2) if args.quick else ((2, 8, 32), 5, 3)
     progress, notes = Progress(), []
     run = run_record(args.quick)
+    if args.compile_only:
+        finish([run, *compile_records(notes, progress)], notes, progress, args.json, issue=24)
+        return
     collectives: list[Record] = []
     for devices in device_counts:
         emulated, gloo = collective_runs(devices, repeats, notes, progress)
@@ -227,16 +262,29 @@ def main() -> None:
         )
     )
     records = [run, *collectives, *probe_records(rounds, notes, progress)]
+    records += compile_records(notes, progress)
     if args.suite is not None:
         records += suite_records(args.suite, notes, progress)
     records += [complete(r) for r in spmd.records(notes, progress)]
+    finish(records, notes, progress, args.json)
+
+
+def finish(
+    records: list[Record],
+    notes: list[str],
+    progress: Progress,
+    path: Path | None,
+    issue: int | None = None,
+) -> None:
+    """Pair the modes, judge the targets (only `issue`'s, when given), print the report and
+    write the JSON records."""
     pair_modes(records)
-    verdicts = judge_all(records)
+    verdicts = [v for v in judge_all(records) if issue is None or v["issue"] == issue]
     progress("done")
     print(render(records, verdicts, notes))
     print("\n".join(spmd.lines(records)))
-    if args.json:
-        args.json.write_text(json.dumps(records, indent=1) + "\n")
+    if path:
+        path.write_text(json.dumps(records, indent=1) + "\n")
 
 
 if __name__ == "__main__":
