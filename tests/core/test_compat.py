@@ -44,7 +44,11 @@ NOT_FUNCTIONS = {
     "torch.distributed's traceable collectives)",
 }
 #: Originals that are C++ builtins without a signature, and the parameters their callers pass.
-BUILTINS = {"torch.distributed.distributed_c10d._unregister_all_process_groups": []}
+BUILTINS = {
+    "torch.distributed.distributed_c10d._unregister_all_process_groups": [],
+    "torch_xla._XLAC._xla_step_marker": ["device", "devices", "wait", "reset_scope"],
+    "torch_xla._XLAC._xla_sync_multi": ["tensors", "devices", "wait", "sync_xla_data"],
+}
 PASS_THROUGH = [
     ("args", inspect.Parameter.VAR_POSITIONAL),
     ("kwargs", inspect.Parameter.VAR_KEYWORD),

@@ -38,6 +38,7 @@ def _targets() -> list[tuple[Any, str, Any]]:
     import torch_xla.runtime as xr
     from torch_xla._internal import pjrt
 
+    from ..compilation import turns
     from ..ranks import launchers
     from ..reports import traced_counters
     from . import collectives, compiled, distributed, queries, seeding, spmd
@@ -88,6 +89,7 @@ def _targets() -> list[tuple[Any, str, Any]]:
     targets += compiled.patches()
     targets += traced_counters.patches()
     targets += spmd.patches()
+    targets += turns.patches()
     return targets
 
 

@@ -1,0 +1,1 @@
+"""Compilation on emulated cores: what ranks can share, and when (docs/compilation.md)."""
