@@ -41,8 +41,10 @@ def enabled() -> bool:
 
 def _shares_its_process() -> bool:
     """Whether the calling thread is a rank whose process holds other ranks of its run."""
+    if not enabled():
+        return False
     rank = rank_context.current()
-    return rank is not None and rank.addressable_device_count > 1 and enabled()
+    return rank is not None and rank.addressable_device_count > 1
 
 
 def _wait_for(devices: Sequence[str]) -> None:
