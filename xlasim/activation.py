@@ -21,6 +21,7 @@ from .base.errors import (
 )
 from .base.topology import Topology, preset
 from .emulation import patches
+from .tpu.arithmetic_choice import ARITHMETIC_ENV, check_arithmetic
 
 if TYPE_CHECKING:  # the world's modules import torch: not before the zygote has started
     from .ranks.world import World
@@ -103,17 +104,22 @@ def emulate(
     processes: int | None = None,
     hosts: int | None = None,
     topology: str | None = None,
+    arithmetic: str | None = None,
 ) -> Topology:
     """Emulate a slice: `devices` cores (default `XLASIM_DEVICES`) in `processes` worker processes
     (default `XLASIM_PROCESSES`, else one per core, as on TPU v4+; 1: every core a thread of this
     process, the fast mode) on `hosts` hosts (default `XLASIM_HOSTS`, else 1), or a named preset
-    (`XLASIM_TOPOLOGY`, see `xlasim topologies`).
+    (`XLASIM_TOPOLOGY`, see `xlasim topologies`). f32 matmuls and convolutions compute as the
+    TPU's MXU does at torch_xla's precision setting (`arithmetic="tpu"`, the default) or in the
+    CPU's exact f32 (`"exact"`); default `XLASIM_ARITHMETIC` (docs/tpu-arithmetic.md).
 
     Call before the first use of an XLA device. Calling again with the same slice is a no-op.
     """
     global _topology
     if _in_worker:  # the launching script, imported by a worker: its slice is the world's
         return _topology
+    if arithmetic is not None:  # in the environment: worker processes and jobs inherit it
+        os.environ[ARITHMETIC_ENV] = check_arithmetic(arithmetic, "arithmetic")
     wanted = _requested_topology(devices, processes, hosts, topology)
     if _topology is not None and wanted != _topology:
         raise RuntimeAlreadyStartedError(

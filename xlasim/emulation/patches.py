@@ -100,3 +100,6 @@ def install() -> None:
     for owner, name, replacement in _targets():
         _applied.append((owner, name, _get(owner, name)))
         _set(owner, name, replacement)
+    from ..tpu import arithmetic
+
+    arithmetic.install()

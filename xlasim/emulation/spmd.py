@@ -108,6 +108,9 @@ def start_world(topology: Topology | None, devices: int) -> int:
         os.environ["CPU_NUM_DEVICES"] = str(devices)
         activation.enter_worker(topology, 0)
         _put_on_identity()
+        from ..tpu import arithmetic
+
+        arithmetic.install()
         _pod = topology
     allow()
     import torch_xla.runtime as xr

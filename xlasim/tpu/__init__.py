@@ -1,0 +1,2 @@
+"""What a TPU computes that the XLA CPU device does not on its own: `arithmetic` (the MXU's
+matmul and convolution precision)."""

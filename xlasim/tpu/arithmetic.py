@@ -1,0 +1,266 @@
+"""The TPU's matmul and convolution arithmetic on the XLA CPU device.
+
+A TPU's matrix unit multiplies bfloat16 operands and accumulates in float32. torch_xla lowers an
+f32 dot or convolution with the precision `torch_xla.backends.set_mat_mul_precision` sets
+('default': operands rounded to bf16, one pass; 'high': each operand split into two bf16 parts,
+three passes; 'highest': three parts, six passes), and the TPU computes it so; the XLA CPU
+compiler ignores that precision and multiplies in f32. Here the original XLA kernels of the ops
+that lower to a dot or a convolution are replaced by ones that split the operands into bf16
+parts inside the graph (lazy tensor ops, no graph cut) and call the original kernel on them, once
+per pass. Below autograd, so backward passes are covered too; docs/tpu-arithmetic.md says why
+here and which op gets which precision (torch_xla 2.9 does not give all of them the setting).
+
+`XLASIM_ARITHMETIC=exact` (or `emulate(arithmetic="exact")`, `pytest --xla-arithmetic=exact`)
+turns it off: the CPU's exact f32, read at each call.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Sequence
+
+import torch
+
+from .arithmetic_choice import emulating
+
+#: Each precision's passes, as XLA defines the algorithms the TPU runs for them
+#: (`BF16_BF16_F32`, `..._X3`, `..._X6`; docs/tpu-arithmetic.md): how many bf16 parts each
+#: operand is split into, and the products of parts (lhs part, rhs part) in the order they are
+#: added; the last one, the product of the leading parts, is added after the others.
+PASSES: dict[str, tuple[int, tuple[tuple[int, int], ...]]] = {
+    "default": (1, ((0, 0),)),
+    "high": (2, ((1, 0), (0, 1), (0, 0))),
+    "highest": (3, ((1, 1), (0, 2), (2, 0), (0, 1), (1, 0), (0, 0))),
+}
+
+_library: torch.library.Library | None = None
+_truncate: Callable[[torch.Tensor], torch.Tensor] | None = None
+
+
+def _truncation() -> Callable[[torch.Tensor], torch.Tensor]:
+    """An in-graph op that truncates f32 values to bf16 (the low 16 bits cleared). torch has no
+    lazy bitcast on XLA tensors (`view(dtype)` falls back to the CPU), so this is XLA's own
+    BitcastConvert and And, registered as a user computation of torch_xla."""
+    global _truncate
+    if _truncate is None:
+        import torch_xla.core.xla_builder as xb
+        import torch_xla.core.xla_op_registry as xor
+
+        def lowering(values):
+            bits = values.bitcast(xb.Type.S32)
+            return (bits & bits.scalar_like(-(1 << 16))).bitcast(xb.Type.F32)
+
+        _truncate = xor.register("xlasim_bf16_truncate", lowering)
+    return _truncate
+
+
+def round_to_bf16(tensor: torch.Tensor) -> torch.Tensor:
+    """`tensor` rounded to the nearest bf16 (ties to even), kept in f32."""
+    return tensor.to(torch.bfloat16).to(torch.float32)
+
+
+def parts(tensor: torch.Tensor, count: int) -> list[torch.Tensor]:
+    """`tensor` split into `count` bf16-valued f32 tensors, as XLA splits an MXU operand: one
+    part is the operand rounded to bf16; of two or three, every part but the last is the
+    truncation (to bf16) of what the parts before it leave, the last one that rest rounded.
+
+    Args:
+        tensor: an f32 tensor on an XLA device.
+        count: 1, 2 or 3.
+    """
+    result, rest = [], tensor
+    for _ in range(count - 1):
+        leading = _truncation()(rest)
+        result.append(leading)
+        rest = rest - leading  # exact: the truncation shares the rest's exponent and top bits
+    result.append(round_to_bf16(rest))
+    return result
+
+
+def mxu_product(
+    product: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    lhs: torch.Tensor,
+    rhs: torch.Tensor,
+    precision: str,
+) -> torch.Tensor:
+    """`product(lhs, rhs)` as the MXU computes it at `precision`: the products of the operands'
+    bf16 parts (each an f32-accumulated product of bf16 values) added in XLA's order. A NaN in
+    the sum of the minor products (an infinite operand: inf - inf in its split) counts as 0, as
+    in XLA, so the leading product decides.
+
+    Args:
+        product: a bilinear f32 product (a dot, or a convolution without bias).
+        lhs: its first operand (f32).
+        rhs: its second operand (f32).
+        precision: 'default', 'high' or 'highest'.
+    """
+    count, passes = PASSES[precision]
+    lhs_parts, rhs_parts = parts(lhs, count), parts(rhs, count)
+    *minor, (i, j) = passes
+    leading = product(lhs_parts[i], rhs_parts[j])
+    if not minor:
+        return leading
+    total = None
+    for i, j in minor:
+        term = product(lhs_parts[i], rhs_parts[j])
+        total = term if total is None else total + term
+    total = torch.where(total.abs() <= float("inf"), total, 0.0)
+    return total + leading
+
+
+def _f32(*tensors: torch.Tensor) -> bool:
+    return all(t.dtype == torch.float32 for t in tensors)
+
+
+def _setting() -> str:
+    import torch_xla
+
+    return torch_xla._XLAC._xla_get_mat_mul_precision()
+
+
+def _dot_kernel(op: str) -> Callable:
+    """A replacement for `aten::op(self, other)` (mm, bmm, dot, mv) at the setting's precision."""
+    original = torch.library.get_kernel(f"aten::{op}", "XLA")
+
+    def kernel(keyset, lhs, rhs):
+        if not (emulating() and _f32(lhs, rhs)):
+            return original.call_boxed(keyset, lhs, rhs)
+        return mxu_product(lambda a, b: original.call_boxed(keyset, a, b), lhs, rhs, _setting())
+
+    return kernel
+
+
+def _biased_dot_kernel(op: str, plain: str) -> Callable:
+    """A replacement for `aten::op(bias, lhs, rhs, beta, alpha)` (addmm, baddbmm): the product at
+    the setting's precision, then the bias in f32 (one pass: the original kernel, as lowered)."""
+    original = torch.library.get_kernel(f"aten::{op}", "XLA")
+    product = torch.library.get_kernel(f"aten::{plain}", "XLA")
+
+    def kernel(keyset, bias, lhs, rhs, *, beta=1, alpha=1):
+        if not (emulating() and _f32(lhs, rhs)):
+            return original.call_boxed(keyset, bias, lhs, rhs, beta=beta, alpha=alpha)
+        precision = _setting()
+        if precision == "default":
+            a, b = round_to_bf16(lhs), round_to_bf16(rhs)
+            return original.call_boxed(keyset, bias, a, b, beta=beta, alpha=alpha)
+        total = mxu_product(lambda a, b: product.call_boxed(keyset, a, b), lhs, rhs, precision)
+        scaled_bias = bias if beta == 1 else bias * beta
+        return torch.add(scaled_bias, total, alpha=alpha)
+
+    return kernel
+
+
+def _convolution_kernel() -> Callable:
+    """`aten::convolution_overrideable`: the setting's precision, but transposed convolutions
+    take 'default' (torch_xla lowers them through its backward-input path, see the note)."""
+    original = torch.library.get_kernel("aten::convolution_overrideable", "XLA")
+
+    def kernel(keyset, inputs, weight, bias, stride, padding, dilation, transposed, *rest):
+        def convolve(a, b, with_bias=None):
+            return original.call_boxed(
+                keyset, a, b, with_bias, stride, padding, dilation, transposed, *rest
+            )
+
+        if not (emulating() and _f32(inputs, weight)):
+            return convolve(inputs, weight, bias)
+        precision = "default" if transposed else _setting()
+        if precision == "default":
+            return convolve(round_to_bf16(inputs), round_to_bf16(weight), bias)
+        total = mxu_product(convolve, inputs, weight, precision)
+        if bias is None:
+            return total
+        return total + bias.reshape(1, -1, *([1] * (total.dim() - 2)))
+
+    return kernel
+
+
+def _convolution_backward_kernel() -> Callable:
+    """`aten::convolution_backward_overrideable`: 'default' always (torch_xla 2.9 lowers both
+    gradient convolutions with TensorFlow's TF32 switch, on: DEFAULT); the bias gradient is a
+    sum in f32 of the unrounded output gradient."""
+    original = torch.library.get_kernel("aten::convolution_backward_overrideable", "XLA")
+
+    def kernel(keyset, grad, inputs, weight, *geometry_and_mask):
+        *geometry, mask = geometry_and_mask
+        if not (emulating() and _f32(grad, inputs, weight)):
+            return original.call_boxed(keyset, grad, inputs, weight, *geometry, mask)
+        g, x, w = round_to_bf16(grad), round_to_bf16(inputs), round_to_bf16(weight)
+        grad_input, grad_weight, _ = original.call_boxed(
+            keyset, g, x, w, *geometry, [mask[0], mask[1], False]
+        )
+        grad_bias = None
+        if mask[2]:
+            grad_bias = original.call_boxed(
+                keyset, grad, inputs, weight, *geometry, [False] * 2 + [True]
+            )[2]
+        return grad_input, grad_weight, grad_bias
+
+    return kernel
+
+
+class _RoundOperand(torch.autograd.Function):
+    """Forward: the operand rounded to bf16; backward: the gradient unchanged (it is the MXU's
+    input, not a function the model computes)."""
+
+    @staticmethod
+    def forward(ctx, tensor):
+        return round_to_bf16(tensor)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+class _RoundGradient(torch.autograd.Function):
+    """Forward: unchanged; backward: the output gradient rounded to bf16, as the MXU reads it
+    in the backward einsums."""
+
+    @staticmethod
+    def forward(ctx, tensor):
+        return tensor.view_as(tensor)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return round_to_bf16(grad) if grad.dtype == torch.float32 else grad
+
+
+def _einsum_kernel() -> Callable:
+    """`aten::einsum` at AutogradXLA, where torch_xla implements it with its own backward:
+    'default' forward and backward, whatever the setting (its lowering fixes DEFAULT). Equations
+    torch_xla cannot lower itself decompose into bmm, which takes the setting, as on a TPU; those
+    operands are already rounded here only when there are two f32 ones, which torch_xla lowers."""
+    original = torch.library.get_kernel("aten::einsum", "AutogradXLA")
+
+    def kernel(keyset, equation: str, tensors: Sequence[torch.Tensor], *, path=None):
+        if not (emulating() and len(tensors) == 2 and _f32(*tensors)):
+            return original.call_boxed(keyset, equation, tensors, path=path)
+        rounded = [_RoundOperand.apply(t) for t in tensors]
+        return _RoundGradient.apply(original.call_boxed(keyset, equation, rounded, path=path))
+
+    return kernel
+
+
+def install() -> None:
+    """Replace the XLA kernels of the ops that lower to a dot or a convolution (once per
+    process; an emulated process only: natively nothing of this runs)."""
+    global _library
+    if _library is not None:
+        return
+    kernels = {
+        "mm": _dot_kernel("mm"),
+        "bmm": _dot_kernel("bmm"),
+        "dot": _dot_kernel("dot"),
+        "mv": _dot_kernel("mv"),
+        "addmm": _biased_dot_kernel("addmm", "mm"),
+        "baddbmm": _biased_dot_kernel("baddbmm", "bmm"),
+        "convolution_overrideable": _convolution_kernel(),
+        "convolution_backward_overrideable": _convolution_backward_kernel(),
+    }
+    einsum = _einsum_kernel()
+    library = torch.library.Library("aten", "IMPL")
+    with warnings.catch_warnings():  # "Overriding a previously registered kernel": we mean it
+        warnings.simplefilter("ignore", UserWarning)
+        for op, kernel in kernels.items():
+            library.impl(op, kernel, "XLA", with_keyset=True, allow_override=True)
+        library.impl("einsum", einsum, "AutogradXLA", with_keyset=True, allow_override=True)
+    _library = library
