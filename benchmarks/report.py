@@ -247,6 +247,18 @@ TARGETS = (
     ),
     *ISSUE11_TARGETS,
     *ISSUE24_TARGETS,
+    Target(
+        23,
+        "demo training step, 1 core: TPU arithmetic / exact f32",
+        "arithmetic_step",
+        None,
+        1,
+        "threads",
+        "tpu_over_exact",
+        "<=",
+        1.3,
+        times,
+    ),
 )
 
 

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import arithmetic
 import pytest_runs
 import spmd
 from common import MODES, OPS, SIZES, moved_bytes, parse_records
@@ -266,6 +267,7 @@ def main() -> None:
     if args.suite is not None:
         records += suite_records(args.suite, notes, progress)
     records += [complete(r) for r in spmd.records(notes, progress)]
+    records += [complete(r) for r in arithmetic.records(notes, progress)]
     finish(records, notes, progress, args.json)
 
 
@@ -282,7 +284,7 @@ def finish(
     verdicts = [v for v in judge_all(records) if issue is None or v["issue"] == issue]
     progress("done")
     print(render(records, verdicts, notes))
-    print("\n".join(spmd.lines(records)))
+    print("\n".join(spmd.lines(records) + arithmetic.lines(records)))
     if path:
         path.write_text(json.dumps(records, indent=1) + "\n")
 
