@@ -31,6 +31,7 @@ def inner_environment(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
         "XLASIM_TOPOLOGY",
         "XLASIM_BACKEND",
         "XLASIM_TEST_TIMEOUT",
+        "XLASIM_ARITHMETIC",
         "PYTEST_XDIST_WORKER",
     ):
         monkeypatch.delenv(name, raising=False)

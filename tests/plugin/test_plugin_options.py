@@ -15,7 +15,7 @@ class FakeConfig:
     """What `options.resolve` reads from a pytest config: parsed options and ini values."""
 
     def __init__(self, ini: dict | None = None, **command_line):
-        names = ("devices", "processes", "hosts", "topology", "backend", "timeout")
+        names = ("devices", "processes", "hosts", "topology", "backend", "timeout", "arithmetic")
         values = {f"xla_{name}": None for name in names}
         self.known_args_namespace = argparse.Namespace(**{**values, **command_line})
         self._ini = ini or {}
@@ -64,6 +64,47 @@ def test_each_source_is_named(inner_environment) -> None:
     message = problem(xla_devices=8)
     assert re.search(r"cannot be split evenly over 3 processes.*--xla-devices=8", message)
     assert "XLASIM_PROCESSES=3" in message, message
+
+
+def test_the_arithmetic_comes_from_the_command_line_else_the_environment_else_the_ini(
+    inner_environment,
+) -> None:
+    """None leaves the choice to `XLASIM_ARITHMETIC` (the core reads it), else the TPU's."""
+    assert resolve(FakeConfig(xla_arithmetic="exact")).arithmetic == "exact"
+    assert resolve(FakeConfig({"xla_arithmetic": "exact"})).arithmetic == "exact"
+    assert resolve(FakeConfig()).arithmetic is None
+    message = problem(ini={"xla_arithmetic": "f64"})
+    assert "ini xla_arithmetic='f64': the arithmetic is 'tpu' (default) or 'exact'" in message
+    inner_environment.setenv("XLASIM_ARITHMETIC", "tpu")
+    assert resolve(FakeConfig({"xla_arithmetic": "exact"})).arithmetic is None
+    assert resolve(FakeConfig(xla_arithmetic="exact")).arithmetic == "exact"
+
+
+ARITHMETIC_TEST = """
+import pytest
+import torch
+import torch_xla
+
+
+@pytest.mark.xla
+def test_product(xla_rank):
+    a, b = torch.full((1, 1), 1 + 2**-12), torch.ones(1, 1)
+    got = (a.to(torch_xla.device()) @ b.to(torch_xla.device())).item()
+    print("product", got)
+"""
+
+
+@pytest.mark.parametrize(
+    ("option", "expected"), [((), 1.0), (("--xla-arithmetic=exact",), 1 + 2**-12)]
+)
+def test_the_arithmetic_option_reaches_the_ranks(pytester, inner_environment, option, expected):
+    """The rank (a worker process) computes as the TPU's MXU, bf16 operands, unless asked."""
+    pytester.makepyfile(test_arithmetic=ARITHMETIC_TEST)
+    result = pytester.runpytest_subprocess(
+        "--xla-devices=1", *option, "-s", "-p", "no:cacheprovider"
+    )
+    assert result.ret == 0, result.stdout.str()
+    assert result.stdout.str().count(f"product {expected}") == 1, result.stdout.str()
 
 
 def test_environment_error_end_to_end(pytester, inner_environment) -> None:

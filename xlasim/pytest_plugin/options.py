@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ..base.topology import PRESETS
+from ..tpu.arithmetic_choice import ARITHMETIC_ENV, ARITHMETICS
 from .settings import (
     BACKEND_ENV,
     BACKENDS,
@@ -67,9 +68,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help=f"a named slice instead of the counts: {', '.join(PRESETS)} (env {TOPOLOGY_ENV}, "
         "ini xla_topology; `xlasim topologies` describes them)",
     )
+    group.addoption(
+        "--xla-arithmetic",
+        choices=ARITHMETICS,
+        default=None,
+        help=f"f32 matmuls and convolutions on emulated cores: tpu (default) as the TPU's MXU "
+        f"at torch_xla's precision setting, exact as the CPU's f32 (env {ARITHMETIC_ENV}, ini "
+        "xla_arithmetic; docs/tpu-arithmetic.md). Natively the device computes as it does.",
+    )
     parser.addini("xla_devices", "number of emulated XLA cores", default=None)
     parser.addini("xla_processes", "worker processes holding the emulated cores", default=None)
     parser.addini("xla_hosts", "emulated hosts the processes are spread over", default=None)
     parser.addini("xla_topology", "a named slice (xlasim topologies)", default=None)
     parser.addini("xla_backend", "auto, emulated or native", default=None)
     parser.addini("xla_timeout", "seconds a per-rank test may take", default=None)
+    parser.addini("xla_arithmetic", "tpu or exact: f32 matmuls on emulated cores", default=None)

@@ -81,10 +81,13 @@ def activate(config: pytest.Config) -> None:
             progress.say(config, f"xlasim: setting up {settings.describe_slice()} ...")
             try:
                 if settings.topology:
-                    core.emulate(topology=settings.topology)
+                    core.emulate(topology=settings.topology, arithmetic=settings.arithmetic)
                 else:
                     core.emulate(
-                        devices=wanted.devices, processes=wanted.processes, hosts=wanted.hosts
+                        devices=wanted.devices,
+                        processes=wanted.processes,
+                        hosts=wanted.hosts,
+                        arithmetic=settings.arithmetic,
                     )
             except RuntimeAlreadyStartedError as error:
                 if woken_by is None:

@@ -19,6 +19,7 @@ import pytest
 
 from ..base.errors import XlasimError
 from ..base.topology import Topology, preset
+from ..tpu.arithmetic_choice import ARITHMETIC_ENV, check_arithmetic
 
 DEVICES_ENV = "XLASIM_DEVICES"
 PROCESSES_ENV = "XLASIM_PROCESSES"
@@ -48,6 +49,9 @@ class Settings:
     topology: str | None = None
     #: Whether any of processes/hosts/topology came from the command line (native refuses them).
     topology_on_command_line: bool = False
+    #: f32 matmul arithmetic on emulated cores ("tpu", "exact"), or None: `XLASIM_ARITHMETIC`,
+    #: else the TPU's (the core reads the variable, so it is only set from here when asked).
+    arithmetic: str | None = None
 
     def slice(self) -> Topology:
         """The emulated slice asked for (cores default to 8)."""
@@ -215,6 +219,28 @@ def resolve(config: pytest.Config) -> Settings:
     if seconds <= 0:
         raise pytest.UsageError(f"xlasim: {timeout.name} must be positive, got {seconds:g}")
     config.stash[settings_key] = Settings(
-        count, backend.raw or "auto", seconds, processes, hosts, name, on_command_line
+        count,
+        backend.raw or "auto",
+        seconds,
+        processes,
+        hosts,
+        name,
+        on_command_line,
+        _arithmetic(config),
     )
     return config.stash[settings_key]
+
+
+def _arithmetic(config: pytest.Config) -> str | None:
+    """`--xla-arithmetic`, else (unless `XLASIM_ARITHMETIC` is set: the core reads it) ini
+    `xla_arithmetic`; a bad ini value is a usage error naming it (the option has choices)."""
+    chosen = getattr(config.known_args_namespace, "xla_arithmetic", None)
+    if chosen is not None:
+        return chosen
+    written = config.getini("xla_arithmetic") or None
+    if written is None or os.environ.get(ARITHMETIC_ENV):
+        return None
+    try:
+        return check_arithmetic(written, "ini xla_arithmetic")
+    except ValueError as error:
+        raise pytest.UsageError(f"xlasim: {error}") from None
