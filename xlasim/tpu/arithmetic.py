@@ -224,15 +224,37 @@ class _RoundGradient(torch.autograd.Function):
         return round_to_bf16(grad) if grad.dtype == torch.float32 else grad
 
 
+def lowered_by_torch_xla(equation: str) -> bool:
+    """Whether torch_xla lowers a two-operand einsum itself (at DEFAULT) rather than leaving it
+    to `at::native::einsum` (bmm: the setting), as its `EinsumUtilities::EquationIsValid` says:
+    an explicit output, and every index of each term found in another term.
+
+    Args:
+        equation: the einsum equation.
+    """
+    compact = "".join(equation.split())
+    inputs, arrow, output = compact.partition("->")
+    first, comma, second = inputs.partition(",")
+    if not (arrow and comma):
+        return False
+    terms = (first, second, output)
+    return all(
+        any(index in other for k, other in enumerate(terms) if k != i)
+        for i, term in enumerate(terms)
+        for index in term
+    )
+
+
 def _einsum_kernel() -> Callable:
     """`aten::einsum` at AutogradXLA, where torch_xla implements it with its own backward:
-    'default' forward and backward, whatever the setting (its lowering fixes DEFAULT). Equations
-    torch_xla cannot lower itself decompose into bmm, which takes the setting, as on a TPU; those
-    operands are already rounded here only when there are two f32 ones, which torch_xla lowers."""
+    'default' forward and backward, whatever the setting (its lowering fixes DEFAULT). What
+    torch_xla does not lower itself decomposes into bmm, which takes the setting, as on a TPU."""
     original = torch.library.get_kernel("aten::einsum", "AutogradXLA")
 
     def kernel(keyset, equation: str, tensors: Sequence[torch.Tensor], *, path=None):
-        if not (emulating() and len(tensors) == 2 and _f32(*tensors)):
+        if not (
+            emulating() and len(tensors) == 2 and _f32(*tensors) and lowered_by_torch_xla(equation)
+        ):
             return original.call_boxed(keyset, equation, tensors, path=path)
         rounded = [_RoundOperand.apply(t) for t in tensors]
         return _RoundGradient.apply(original.call_boxed(keyset, equation, rounded, path=path))
