@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
@@ -25,6 +26,7 @@ import torch_xla.backends
 import torch_xla.debug.metrics as met
 
 import xlasim
+from xlasim.tpu.arithmetic import PrecisionChangeWarning
 from xlasim.tpu.arithmetic_choice import ARITHMETIC_ENV
 
 #: f32 accumulation of up to ~64 products: |error| <= 64 * 2^-24 * sum |products| < 4e-6 of it.
@@ -230,6 +232,29 @@ def test_the_setting_reads_back_as_set(world, precision):
         return torch_xla.backends.get_mat_mul_precision()
 
     assert world.run(set_and_get, size=1) == ["high"]
+
+
+def change_precision_between_dots(rank) -> list[str]:
+    """Warnings of a dot traced at 'default', then of one traced after the setting changed."""
+    a = torch.randn(4, 4, device=torch_xla.device())
+    caught = []
+    for setting in ("default", "high"):
+        torch_xla.backends.set_mat_mul_precision(setting)
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            a @ a
+        caught.append([str(w.message) for w in seen if w.category is PrecisionChangeWarning])
+    return caught
+
+
+def test_a_precision_changed_after_dots_were_traced_is_warned_about(world, precision):
+    """On a TPU the graphs compiled before keep the old precision (torch_xla's cache does not
+    key on it): said here, where every later trace takes the new one."""
+    [(before, after)] = world.run(change_precision_between_dots, size=1)
+    assert before == [] or "'default' now" in before[0]  # an earlier test may have left 'high'
+    assert len(after) == 1
+    assert "is 'high' now, after dots were traced at 'default'" in after[0]
+    assert "on a TPU a graph compiled before the change still computes at 'default'" in after[0]
 
 
 # ------------------------------------------------------------------------------ in the graph

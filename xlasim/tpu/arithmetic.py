@@ -112,10 +112,34 @@ def _f32(*tensors: torch.Tensor) -> bool:
     return all(t.dtype == torch.float32 for t in tensors)
 
 
+class PrecisionChangeWarning(UserWarning):
+    """torch_xla's precision changed after dots were traced at another one: on a TPU, graphs
+    compiled before the change keep the old precision (docs/tpu-arithmetic.md), here not."""
+
+
+_traced_at: str | None = None
+
+
 def _setting() -> str:
+    """The precision torch_xla's setting asks for now; a change since the last dot traced in
+    this process is warned about (clearer than a TPU, where it goes unnoticed)."""
     import torch_xla
 
-    return torch_xla._XLAC._xla_get_mat_mul_precision()
+    global _traced_at
+    precision = torch_xla._XLAC._xla_get_mat_mul_precision()
+    if _traced_at is not None and precision != _traced_at:
+        warnings.warn(
+            PrecisionChangeWarning(
+                f"torch_xla's mat mul precision is {precision!r} now, after dots were traced at "
+                f"{_traced_at!r}: on a TPU a graph compiled before the change still computes at "
+                f"{_traced_at!r} when it runs again (torch_xla's compilation cache does not key on "
+                f"the setting); here every graph traced from now on computes at {precision!r}. "
+                "Set the precision once, before the first matmul."
+            ),
+            stacklevel=3,  # the user's line: _setting <- our kernel <- (dispatcher) <- the caller
+        )
+    _traced_at = precision
+    return precision
 
 
 def _dot_kernel(op: str) -> Callable:
