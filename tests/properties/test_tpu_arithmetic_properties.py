@@ -246,12 +246,18 @@ def cases(draw) -> Case:
 # ------------------------------------------------------------------------------ the property
 
 
+def hardware() -> str:
+    """The rank's device hardware: TPU on a TPU and on emulated cores, CPU natively on a CPU."""
+    return xm.xla_device_hw(torch_xla.device())
+
+
 @pytest.fixture(scope="module")
-def tpu_arithmetic(xla_world, emulated) -> None:
-    """Skip where the device computes exact f32: a CPU device natively, or the opt-out."""
+def tpu_arithmetic(xla_world, world_sizes, emulated) -> None:
+    """Skip where the device computes exact f32: a CPU device natively, or the opt-out. Asked on
+    a rank: natively the pytest process must not touch the device (the workers hold it)."""
     if emulated and os.environ.get("XLASIM_ARITHMETIC") == "exact":
         pytest.skip("XLASIM_ARITHMETIC=exact: this session computes exact f32, not as a TPU")
-    if not emulated and xm.xla_device_hw(torch_xla.device()) != "TPU":
+    if not emulated and xla_world.run_on(world_sizes[0], hardware)[0] != "TPU":
         pytest.skip("natively on a CPU device: exact f32 arithmetic, not a TPU's")
 
 
