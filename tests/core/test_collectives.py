@@ -314,6 +314,7 @@ def test_optimizer_step_averages_gradients_and_broadcast_master_param(world):
         return start, model.weight.detach().cpu()
 
     results = world.run(fn)
+    # whole numbers: bf16 holds them, so the TPU's default precision multiplies them exactly
     mean_input = np.mean([r + 1 for r in range(8)])
     for start, weight in results:
         assert torch.equal(start, torch.zeros(1, 4))  # rank 0's value everywhere

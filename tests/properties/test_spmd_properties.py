@@ -11,7 +11,9 @@ Tolerances: sharding a dimension that a sum runs over (the batch in a weight gra
 features in a product) makes each device add its part and an all-reduce add the parts: the same
 float32 terms summed in another order. With at most 8 terms of size O(1) per sum, such results
 differ from the unsharded ones by a few ulps, so they are compared with rtol 1e-5 and atol 1e-6
-(float32's epsilon is 1.2e-7); a dropped or doubled part changes them by O(1/8) or more.
+(float32's epsilon is 1.2e-7); a dropped or doubled part changes them by O(1/8) or more. Both
+programs compute at the TPU's default precision (docs/tpu-arithmetic.md): every operand is
+rounded to bf16 the same way whatever its sharding, so the bound is still the f32 sums' order.
 Everything else (parameter and batch layouts, checkpoint values) is compared exactly.
 """
 
