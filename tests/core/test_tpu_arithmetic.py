@@ -397,3 +397,23 @@ def test_an_spmd_program_computes_as_the_mxu(tmp_path):
     errors = dict(line.split() for line in done.stdout.splitlines())
     default, high, highest = (float(errors[s]) for s in ("default", "high", "highest"))
     assert default > 30 * high > 30 * 30 * highest, errors  # ~8, ~16, ~24 bits
+
+
+@pytest.mark.xla(spmd=True, min_devices=2)
+def test_the_plugins_spmd_world_computes_as_the_mxu():
+    """The plugin's SPMD worker (a process of its own, `start_world`) has the kernels too."""
+    import numpy as np
+    import torch_xla.distributed.spmd as xs
+    import torch_xla.runtime as xr
+
+    devices = xr.global_runtime_device_count()
+    mesh = xs.Mesh(np.arange(devices), (devices, 1))
+    generator = torch.Generator().manual_seed(4)
+    a, b = torch.randn(8, 64, generator=generator), torch.randn(64, 8, generator=generator)
+    x, w = a.to(torch_xla.device()), b.to(torch_xla.device())
+    xs.mark_sharding(x, mesh, (None, 0))  # the contraction sharded over every device
+    xs.mark_sharding(w, mesh, (0, None))
+    got = torch.mm(x, w).cpu().double()
+    magnitude = (bf16(a).abs() @ bf16(b).abs()).max().item()
+    assert (got - bf16(a) @ bf16(b)).abs().max() <= ACCUMULATION * magnitude
+    assert (got - a.double() @ b.double()).abs().max() > ROUNDING_SEEN * magnitude
