@@ -231,6 +231,51 @@ ISSUE24_TARGETS = [
     )
 ]
 
+
+def issue26_targets(mode: str) -> list[Target]:
+    """Issue 26: what tracing costs, on against off in one process (benchmarks/tracing.py)."""
+    tag = f"[{mode}] "
+    return [
+        Target(
+            26,
+            tag + "all_reduce 4 KB, N=8: tracing on / off",
+            "trace_all_reduce",
+            4 * KIB,
+            8,
+            mode,
+            "on_over_off",
+            "<=",
+            1.2,
+            times,
+        ),
+        Target(
+            26,
+            tag + "all_reduce 4 KB, N=8: tracing off (after it was on) / never on",
+            "trace_all_reduce",
+            4 * KIB,
+            8,
+            mode,
+            "off_over_never_traced",
+            "<=",
+            1.05,
+            times,
+        ),
+    ]
+
+
+ISSUE26_DEMO_TARGET = Target(
+    26,
+    "[isolated] demo training step, 8 cores: tracing on / off",
+    "trace_demo",
+    None,
+    8,
+    "isolated",
+    "on_over_off",
+    "<=",
+    1.05,
+    times,
+)
+
 TARGETS = (
     *(target for mode in MODES for target in issue6_targets(mode)),
     Target(
@@ -259,6 +304,8 @@ TARGETS = (
         1.3,
         times,
     ),
+    *(target for mode in MODES for target in issue26_targets(mode)),
+    ISSUE26_DEMO_TARGET,
 )
 
 
@@ -392,6 +439,22 @@ def compile_line(r: Record) -> str:
     )
 
 
+def trace_all_reduce_line(r: Record) -> str:
+    return (
+        f"tracing, 4 KB all_reduce, N=8: on {millis(r['xlasim_s'])}, off {millis(r['off_s'])}, "
+        f"never on {millis(r['never_traced_s'])} per call (median of {r['blocks']} blocks each)"
+    )
+
+
+def trace_demo_line(r: Record) -> str:
+    return (
+        f"tracing, demo training ({r['topology']}): on {millis(r['xlasim_s'])}, off "
+        f"{millis(r['off_s'])} per step; per launch (ranks' streams, trace files written) on "
+        f"{seconds(r['launch_on_s'])}, off {seconds(r['launch_off_s'])} (fits of "
+        f"{r['steps'][0]} and {r['steps'][1]} steps, median of {r['rounds']} each)"
+    )
+
+
 OTHER_LINES: dict[str, Callable[[Record], str]] = {
     "startup": startup_line,
     "dispatch": dispatch_line,
@@ -400,6 +463,8 @@ OTHER_LINES: dict[str, Callable[[Record], str]] = {
     "suite": suite_line,
     "compile_mlp": compile_line,
     "compile_mlp_shared": compile_line,
+    "trace_all_reduce": trace_all_reduce_line,
+    "trace_demo": trace_demo_line,
 }
 
 
@@ -426,7 +491,7 @@ def render(records: list[Record], verdicts: list[Record], notes: list[str]) -> s
         lines += [memcpy_line(records), ""]
     lines.append("Other measures")
     lines += [f"  {line}" for r in records if (line := other_line(r))]
-    lines += ["", "Targets (issues 6, 11 and 24)"]
+    lines += ["", "Targets (issues 6, 11, 24 and 26)"]
     lines += [
         f"  {v['status']:<5} {v['target']}: {v['shown']}  (target {v['bound']})" for v in verdicts
     ]

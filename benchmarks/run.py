@@ -1,6 +1,6 @@
-"""Benchmarks of issues 6, 11 and 24: emulated collectives, start-up, dispatch, memory and
-compilation, in both
-xlasim modes (isolated ranks, the default, and threads), each against peers from the same run.
+"""Benchmarks of issues 6, 11, 24 and 26: emulated collectives, start-up, dispatch, memory,
+compilation and the cost of tracing, in both xlasim modes (isolated ranks, the default, and
+threads), each against peers from the same run.
 
     python benchmarks/run.py [--quick] [--suite] [--compile-only] [--json PATH]
 
@@ -46,6 +46,7 @@ COMPILE_CASES = (
     (8, "threads", True),
 )
 COMPILE_TIMEOUT_S = 900.0
+TRACING_TIMEOUT_S = 600.0
 #: What `isolated_over_threads` divides, by op (time, except for memory).
 PEER_METRIC = {"rss": "pss_bytes"}
 
@@ -202,6 +203,20 @@ def compile_records(notes: list[str], progress: Progress) -> list[Record]:
     return [complete(r) for r in records]
 
 
+def tracing_records(notes: list[str], progress: Progress) -> list[Record]:
+    """What tracing costs (issue 26): the 4 KB all_reduce in both modes and the demo's
+    training, each on against off in one process (benchmarks/tracing.py)."""
+    records = []
+    for mode in MODES:
+        progress(f"tracing on/off, 4 KB all_reduce, {mode}")
+        finished = run_script("tracing.py", ["all_reduce", "--mode", mode], TRACING_TIMEOUT_S)
+        records += worker_records(finished, f"tracing all_reduce {mode}", notes)
+    progress("tracing on/off, demo training")
+    finished = run_script("tracing.py", ["demo"], TRACING_TIMEOUT_S)
+    records += worker_records(finished, "tracing demo", notes)
+    return [complete(r) for r in records]
+
+
 def suite_records(paths: list[str], notes: list[str], progress: Progress) -> list[Record]:
     """The repository's suite (or `paths` of it) in both modes, back to back (the slow part:
     ~15+ min each for the whole suite)."""
@@ -264,6 +279,7 @@ def main() -> None:
     )
     records = [run, *collectives, *probe_records(rounds, notes, progress)]
     records += compile_records(notes, progress)
+    records += tracing_records(notes, progress)
     if args.suite is not None:
         records += suite_records(args.suite, notes, progress)
     records += [complete(r) for r in spmd.records(notes, progress)]

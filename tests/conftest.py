@@ -34,7 +34,7 @@ def _session_slice_is_set(config) -> bool:
 
 
 #: Directories whose tests drive the core's world from this process.
-EMULATOR_TESTS = ("tests/core/", "tests/conformance/", "tests/faults/")
+EMULATOR_TESTS = ("tests/core/", "tests/conformance/", "tests/faults/", "tests/traces/")
 
 
 #: What makes a test run on the session's slice (and adapt to its size): the plugin's markers

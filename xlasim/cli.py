@@ -52,6 +52,13 @@ def _parser() -> argparse.ArgumentParser:
         help="seconds a collective may wait for a missing rank (default 60)",
     )
     run.add_argument(
+        "--trace",
+        metavar="DIR",
+        default=None,
+        help="record every rank's collectives, waits, graph executions and checkpoints into "
+        "DIR/trace.json (Perfetto, chrome://tracing) and DIR/collectives.txt (docs/tracing.md)",
+    )
+    run.add_argument(
         "--torchrun",
         action="store_true",
         help="run the script as torchrun would: as __main__ on every rank, each with torchrun's "
@@ -66,6 +73,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("target", help="the script (or module, with -m) to run")
     run.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
     commands.add_parser("topologies", help="list the named slices --topology accepts")
+    from .traces.cli import add_arguments as add_trace_arguments
+
+    add_trace_arguments(commands.add_parser("trace", help="compare and draw recorded traces"))
     from .conformance import add_arguments
 
     add_arguments(commands.add_parser("conformance", help="run torch_xla's own tests emulated"))
@@ -146,6 +156,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .lightning import run_lightning
 
         return run_lightning(options)
+    if options.command == "trace":
+        from .traces.cli import run_trace
+
+        return run_trace(options)
+    if options.trace is not None:
+        from .events.recorder import TRACE_ENV
+
+        os.environ[TRACE_ENV] = options.trace
     if options.timeout is not None:
         os.environ["XLASIM_TIMEOUT"] = str(options.timeout)
     if not options.module and not os.path.isfile(options.target):

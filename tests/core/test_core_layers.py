@@ -29,7 +29,7 @@ PACKAGE = Path(xlasim.__file__).parent
 #: docs/architecture.md, "Where new subsystems go").
 LAYERS: list[tuple[str, ...]] = [
     ("base",),
-    ("reports", "events"),
+    ("reports", "events", "traces"),
     ("tpu", "compilation"),
     ("emulation", "races"),
     ("ranks", "machines"),

@@ -28,6 +28,7 @@ from ..base.errors import (
     WorldAbortedError,
 )
 from ..base.topology import Topology
+from ..events import recorder
 from ..reports import hang_report
 from ..reports.hang_report import RankReporter, rank_span
 from ..reports.rank_outcome import RESULT_ONLY, Collect, RankOutcome
@@ -56,6 +57,8 @@ class _Slot:
     result: Any = None
     error: BaseException | None = None
     taken: int = 0
+    #: When each member arrived (`time.monotonic_ns`), kept only while events are recorded.
+    arrived: dict[int, int] = field(default_factory=dict)
 
 
 RUNNING, WAITING, DONE, FAILED = "running", "waiting", "done", "failed"
@@ -182,8 +185,13 @@ class Run(RunObjects):
             if slot is None:
                 slot = self._slots[key] = _Slot(participants, time.monotonic())
             slot.arrivals[rank] = (call, payload)
+            tracer = recorder.current()
+            if tracer is not None:
+                slot.arrived[rank] = time.monotonic_ns()
             completing = len(slot.arrivals) == len(participants)
             if completing:
+                if tracer is not None:
+                    tracer.meeting(participants, slot.arrived)
                 self._check_signatures(slot)
                 slot.complete = True
                 self.completed[call.op] += 1

@@ -31,6 +31,7 @@ import pytest
 from ..base.errors import CollectiveTimeoutError, XlasimError
 from ..reports.frames import PACKAGE_DIR
 from ..reports.rank_outcome import RankOutcome
+from ..traces import session as traces
 from .hardware import local_devices, platform
 from .native_worker import STACK_SIGNAL, serve
 from .remote import FailureStyle, pack
@@ -182,9 +183,11 @@ class NativeExecutor:
         )
         self.start()
         workers = self._workers
-        for conn in workers.conns.values():
-            conn.send((size, list(sys.path), job))
-        outcomes = self._collect(workers, size, timeout)
+        with traces.launch() as traced:
+            for conn in workers.conns.values():
+                conn.send((size, list(sys.path), job, traced.directory))
+            outcomes = self._collect(workers, size, timeout)
+            traced.failed = any(o.raised for o in outcomes)
         self.counts.add_remote([o.metrics for o in outcomes])
         if tee:  # made in the workers: shown live only now
             for o in outcomes:

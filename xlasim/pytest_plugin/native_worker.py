@@ -18,6 +18,7 @@ import sys
 from multiprocessing.connection import Client
 from pathlib import Path
 
+from ..events import hooks
 from ..reports import rank_outcome, rank_output, xla_counters
 from ..reports.rank_outcome import Collect, RankOutcome
 from . import remote, remote_rank
@@ -35,10 +36,13 @@ def _setup_process(stack_dir: str) -> None:
     rank_output.install()
 
 
-def _run_job(index: int, size: int, sys_path: list[str], job: remote.Job) -> RankOutcome:
+def _run_job(
+    index: int, size: int, sys_path: list[str], job: remote.Job, trace: Path | None
+) -> RankOutcome:
     before = xla_counters.counts()
     with remote_rank.process_lock:  # a worker process serves one rank per device thread on CPU
         sys.path[:] = sys_path
+        hooks.follow(str(trace) if trace is not None else None)
     collect = Collect(output=True, render=functools.partial(remote_rank.render_failure, job.style))
     ended = rank_outcome.call(index, size, remote_rank.run_job, (job,), {}, collect)
     ended.metrics = xla_counters.growth(before)

@@ -76,6 +76,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         f"at torch_xla's precision setting, exact as the CPU's f32 (env {ARITHMETIC_ENV}, ini "
         "xla_arithmetic; docs/tpu-arithmetic.md). Natively the device computes as it does.",
     )
+    group.addoption(
+        "--xla-trace",
+        default=None,
+        metavar="DIR",
+        help="record every rank's collectives, waits, graph executions and checkpoints: a "
+        "trace per test in DIR/<test id>/ (trace.json for Perfetto, collectives.txt); see "
+        "docs/tracing.md",
+    )
     parser.addini("xla_devices", "number of emulated XLA cores", default=None)
     parser.addini("xla_processes", "worker processes holding the emulated cores", default=None)
     parser.addini("xla_hosts", "emulated hosts the processes are spread over", default=None)

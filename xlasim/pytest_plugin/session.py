@@ -9,13 +9,18 @@ an emulated slice up; `executor` makes the session's executor on first use.
 from __future__ import annotations
 
 import os
+import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from ..base.errors import RuntimeAlreadyStartedError, XlasimError
+from ..events.recorder import TRACE_ENV
+from ..traces.session import PLOT_FILE, TraceFiles
 from . import progress
 from .settings import BACKENDS, resolve
 
@@ -173,9 +178,35 @@ def run_ranks(
     from .remote import FailureStyle
 
     live = config.getoption("capture") == "no"
-    outcomes = executor(config).run_ranks(
-        fn, args, kwargs, size=size, timeout=timeout, tee=live, style=FailureStyle.of(item)
-    )
+    with _traced(config, item) as directory:
+        outcomes = executor(config).run_ranks(
+            fn, args, kwargs, size=size, timeout=timeout, tee=live, style=FailureStyle.of(item)
+        )
     if not live:
         replay_output(outcomes)
+    if directory is not None and item is not None and any(o.raised for o in outcomes):
+        plot = directory / PLOT_FILE
+        files = TraceFiles(directory, plot if plot.exists() else None)
+        item.add_report_section("call", "xlasim trace", files.describe())
     return outcomes
+
+
+@contextmanager
+def _traced(config: pytest.Config, item: pytest.Item | None) -> Iterator[Path | None]:
+    """With `--xla-trace=DIR`, the ranks record into a directory of the test's own, named by
+    its id (`XLASIM_TRACE` set while they run; docs/tracing.md)."""
+    root = config.getoption("xla_trace", None)
+    if not root:
+        yield None
+        return
+    name = re.sub(r"[^\w.=-]+", "_", item.nodeid if item is not None else "session").strip("_")
+    directory = Path(root).absolute() / name
+    saved = os.environ.get(TRACE_ENV)
+    os.environ[TRACE_ENV] = str(directory)
+    try:
+        yield directory
+    finally:
+        if saved is None:
+            del os.environ[TRACE_ENV]
+        else:
+            os.environ[TRACE_ENV] = saved

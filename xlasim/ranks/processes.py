@@ -267,12 +267,17 @@ class _Process:
             self.control.send(message)
 
     def where(self) -> dict[int, tuple[str, str]]:
+        return self.ask("where") or {}
+
+    def ask(self, request: str) -> Any:
+        """A request the worker answers on its control pipe (`where`, `flush`); None when it
+        cannot answer (not started, gone, or silent past the reply bound)."""
         with self.lock:
             if not self.ready or not self.process.is_alive():
-                return {}
-            self.control.send(("where",))
+                return None
+            self.control.send((request,))
             if not self.control.poll(REPLY_TIMEOUT_S):
-                return {}
+                return None
             return self.control.recv()[1]
 
     def stop(self) -> None:
@@ -367,6 +372,12 @@ class ProcessRanks:
         if not process.process.is_alive():
             return ("<nowhere: its worker process is gone>", "    (no stack)\n")
         return process.where().get(rank, ("<process not answering>", "    (no stack)\n"))
+
+    def flush_events(self) -> None:
+        """Have every worker write out the events its ranks recorded (docs/events.md): ranks
+        stuck in a failed run, before their processes are replaced."""
+        for process in self._processes:
+            process.ask("flush")
 
     def finished(self, run: Run) -> None:
         if self._job is not None:

@@ -157,6 +157,10 @@ class ThreadRanks:
     def check(self, run: Any) -> None:
         """Threads cannot die under a run without reporting: nothing to watch."""
 
+    def flush_events(self) -> None:
+        """Rank threads record into this process's recorder, which the trace's writer
+        flushes (a stuck thread is abandoned, not killed: its events stay in memory)."""
+
     def finished(self, run: Any) -> None:
         """Runs hold no resources of this backend."""
 

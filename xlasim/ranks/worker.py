@@ -29,6 +29,7 @@ from .. import activation
 from ..base.topology import Topology
 from ..emulation import patches
 from ..emulation.rendezvous import Call, RunObjects
+from ..events import hooks, recorder
 from ..reports import rank_output
 from ..reports.rank_outcome import Collect, RankOutcome
 from . import launch_reset, shared_payloads
@@ -167,6 +168,7 @@ def main(spec: WorkerSpec, control: Connection) -> None:
         if message[0] == "job":
             job: JobSpec = message[1]
             launch_reset.restore_environment({**job.environment, **overrides})
+            hooks.follow(job.environment.get(recorder.TRACE_ENV))
             os.chdir(spec.host_root or job.cwd)
             launch_reset.reseed_cpu_generators()
             client = RunClient(job.job, job.size, topology, links, spec.store_port, job.collect)
@@ -178,6 +180,11 @@ def main(spec: WorkerSpec, control: Connection) -> None:
                 ranks[rank].submit(client, fn, args, kwargs)
         elif message[0] == "where":
             control.send(("where", {r: (t.location(), t.stack()) for r, t in ranks.items()}))
+        elif message[0] == "flush":
+            tracer = recorder.current()
+            if tracer is not None:
+                tracer.flush()
+            control.send(("flush", None))
         elif message[0] == "stop":
             return
 

@@ -30,6 +30,7 @@ from ..emulation.rendezvous import Run
 from ..reports import rank_output
 from ..reports.hang_report import rank_span
 from ..reports.rank_outcome import RESULT_ONLY, Collect, RankOutcome
+from ..traces import session as traces
 from . import launch_reset
 from .threads import ThreadRanks
 
@@ -67,6 +68,8 @@ class World:
         #: tells a script that really exercised the slice from one that skipped its checks.
         self.launches = 0
         self.collectives: Counter[str] = Counter()
+        #: The last launch as tracing saw it: its files when it was traced (docs/tracing.md).
+        self.trace: traces.Launch | None = None
 
     @property
     def size(self) -> int:
@@ -90,7 +93,10 @@ class World:
             fn, args, kwargs, size=size, timeout=timeout, pass_rank=pass_rank
         )
         if any(o.raised for o in outcomes):
-            raise rank_failure(outcomes)
+            error = rank_failure(outcomes)
+            if self.trace is not None and self.trace.files is not None:
+                traces.name_files(error, self.trace.files)
+            raise error
         return [o.result for o in outcomes]
 
     def run_outcomes(
@@ -127,6 +133,7 @@ class World:
             (fn, (rank, *args) if pass_rank else tuple(args), kwargs or {}) for rank in range(size)
         ]
         with self._lock, launch_reset.environment(), ExitStack() as stack:
+            traced = self.trace = stack.enter_context(traces.launch())
             run = Run(
                 self.topology, size, self.collective_timeout, reporter=self._ranks, collect=collect
             )
@@ -142,7 +149,9 @@ class World:
             finally:
                 self.launches += 1
                 self.collectives.update(run.completed)
-            return self._outcomes(run)
+            outcomes = self._outcomes(run)
+            traced.failed = any(o.raised for o in outcomes)
+            return outcomes
 
     def _supervise(self, run: Run, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -169,6 +178,8 @@ class World:
                 run.cond.wait(timeout=release_deadline - time.monotonic())
         self._ranks.finished(run)
         if not run.stopped():
+            if self.trace is not None and self.trace.directory is not None:
+                self._ranks.flush_events()  # what stuck ranks recorded, before they are replaced
             self._ranks.recover(run.unfinished_ranks())
 
     @staticmethod

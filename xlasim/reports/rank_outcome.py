@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..base.errors import RankAbandoned, WorldAbortedError, XlasimError
+from ..events import hooks
 from . import rank_output
 from .frames import user_traceback
 
@@ -120,7 +121,7 @@ def call(
     """Call `fn(*args, **kwargs)` as `rank` of `run` and say how it ended (never raises)."""
     capturing = rank_output.captured(run, rank, collect.tee) if collect.output else nullcontext()
     start = time.perf_counter()
-    with capturing as buffers:
+    with capturing as buffers, hooks.launch(rank):
         try:
             result, error = fn(*args, **kwargs), None
         except BaseException as caught:  # every failure is reported, none is lost

@@ -1,0 +1,150 @@
+"""Worker: what tracing (issue 26, docs/tracing.md) costs, on against off in one process.
+
+    python benchmarks/tracing.py all_reduce --mode isolated|threads   # 4 KB all_reduce, N=8
+    python benchmarks/tracing.py demo                                  # the demo's training
+
+`all_reduce`: the collective benchmark's rank loop (`emulated.rank_loop`), first before tracing
+was ever on in this process (the wrappers not even installed: "never traced"), then launches
+alternating off (wrappers installed, recording off) and on, so the machine's drift hits both
+alike. The figure is the median per-call time over every block of each kind.
+
+`demo`: the strategy demo's training (`strategy.trainer.Trainer`, the demo's model and data,
+8 emulated cores in worker processes), one warm-up fit, then rounds of fits of 8 and 32 steps,
+traced and not. A step's cost is the difference of the median fits over the 24 extra steps;
+what remains of the 8-step fit is the launch's own cost (starting the ranks' streams, writing
+the trace files at its end), reported apart.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from common import MODES, emit, emulate, per_call_seconds, plan
+from emulated import rank_loop
+
+ROOT = Path(__file__).resolve().parent.parent
+DEVICES, NBYTES = 8, 4096
+ROUNDS, REPEATS = 5, 3
+SHORT_FIT, LONG_FIT, DEMO_ROUNDS = 8, 32, 3
+TRACE_ENV = "XLASIM_TRACE"
+
+
+def _traced(directory: str | None) -> None:
+    if directory is None:
+        os.environ.pop(TRACE_ENV, None)
+    else:
+        os.environ[TRACE_ENV] = directory
+
+
+def all_reduce(mode: str) -> dict:
+    import xlasim
+
+    emulate(DEVICES, mode)
+    world = xlasim.world()
+    the_plan = plan(NBYTES, DEVICES, REPEATS)
+
+    def blocks() -> list[float]:
+        spans = world.run(rank_loop, args=("all_reduce", NBYTES, the_plan))
+        return per_call_seconds(spans, the_plan.iterations)
+
+    scratch = tempfile.mkdtemp(prefix="xlasim-bench-trace-")
+    fresh = [b for _ in range(ROUNDS) for b in blocks()]
+    off, on = [], []
+    for round_ in range(ROUNDS):
+        _traced(f"{scratch}/{round_}")
+        on += blocks()
+        _traced(None)
+        off += blocks()
+    return {
+        "op": "trace_all_reduce",
+        "bytes": NBYTES,
+        "devices": DEVICES,
+        "mode": mode,
+        "topology": world.topology.describe(),
+        "xlasim_s": statistics.median(on),
+        "off_s": statistics.median(off),
+        "never_traced_s": statistics.median(fresh),
+        "on_over_off": statistics.median(on) / statistics.median(off),
+        "off_over_never_traced": statistics.median(off) / statistics.median(fresh),
+        "blocks": len(on),
+    }
+
+
+def demo() -> dict:
+    sys.path.insert(0, str(ROOT))
+    import xlasim
+
+    topology = xlasim.emulate(devices=DEVICES)
+    import torch
+    from torch.utils.data import DataLoader
+
+    from fixtures.data import regression_data
+    from fixtures.models import WeightSharingModule
+    from strategy.trainer import Trainer
+
+    shape = (WeightSharingModule.in_features, WeightSharingModule.out_features)
+    train = DataLoader(regression_data(2048, *shape, seed=0), 8, shuffle=True)
+    scratch = tempfile.mkdtemp(prefix="xlasim-bench-demo-")
+
+    def fit(name: str, steps: int) -> float:
+        torch.manual_seed(0)
+        model = WeightSharingModule()
+        trainer = Trainer(
+            devices=DEVICES, max_steps=steps, checkpoint_dir=Path(scratch) / name, seed=0
+        )
+        start = time.perf_counter()
+        trainer.fit(model, train)
+        return time.perf_counter() - start
+
+    fit("warm-up", SHORT_FIT)  # compile, start the workers
+    fits: dict[tuple[bool, int], list[float]] = {}
+    for round_ in range(DEMO_ROUNDS):
+        for traced in (True, False):
+            _traced(f"{scratch}/trace-{round_}" if traced else None)
+            for steps in (SHORT_FIT, LONG_FIT):
+                fits.setdefault((traced, steps), []).append(
+                    fit(f"{round_}-{traced}-{steps}", steps)
+                )
+    _traced(None)
+    median = {key: statistics.median(values) for key, values in fits.items()}
+
+    def per_step(traced: bool) -> float:
+        return (median[traced, LONG_FIT] - median[traced, SHORT_FIT]) / (LONG_FIT - SHORT_FIT)
+
+    def per_launch(traced: bool) -> float:
+        return median[traced, SHORT_FIT] - SHORT_FIT * per_step(traced)
+
+    return {
+        "op": "trace_demo",
+        "bytes": None,
+        "devices": DEVICES,
+        "mode": MODES[0] if topology.processes == DEVICES else "threads",
+        "topology": topology.describe(),
+        "xlasim_s": per_step(True),
+        "off_s": per_step(False),
+        "on_over_off": per_step(True) / per_step(False),
+        "launch_on_s": per_launch(True),
+        "launch_off_s": per_launch(False),
+        "steps": (SHORT_FIT, LONG_FIT),
+        "rounds": DEMO_ROUNDS,
+    }
+
+
+def main() -> None:
+    what = sys.argv[1]
+    if what == "all_reduce":
+        mode = sys.argv[sys.argv.index("--mode") + 1] if "--mode" in sys.argv else MODES[0]
+        emit(all_reduce(mode))
+    elif what == "demo":
+        emit(demo())
+    else:
+        raise SystemExit(f"usage: {__doc__.splitlines()[2].strip()}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+"""The trace files of a known program, in both modes: what they hold, and a reader not ours.
+
+`fixtures/traced_programs.py::known_program` makes four collectives per rank (over the world,
+over two groups, a rendezvous), two graph executions and a checkpoint written and read back.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from fixtures import traced_programs
+from xlasim.base.errors import CollectiveTimeoutError
+from xlasim.events import model, recorder
+from xlasim.traces import canonical, plot, timeline
+
+
+@pytest.fixture(params=["threads", "isolated"])
+def mode_world(request, world):
+    return world if request.param == "threads" else request.getfixturevalue("isolated")
+
+
+def recorded_known_program(record, world, tmp_path) -> Path:
+    checkpoints = tmp_path / "checkpoints"
+    checkpoints.mkdir()
+    return record(world, traced_programs.known_program, (str(checkpoints),), tmp_path / "trace")
+
+
+def test_collectives_txt_lists_the_program_on_every_rank(record, mode_world, tmp_path):
+    directory = recorded_known_program(record, mode_world, tmp_path)
+    found = canonical.read(directory)
+    assert sorted(found) == [0, 1, 2, 3]
+    for rank, entries in found.items():
+        calls = [(e.call.split(" #")[0], e.call.split(" in ")[1].split(" |")[0]) for e in entries]
+        expected = [(op, str(list(group))) for op, group in traced_programs.KNOWN_COLLECTIVES[rank]]
+        assert calls == expected, rank
+        assert all("traced_programs.py:" in e.site and e.status == "" for e in entries)
+
+
+def test_trace_json_names_each_rank_and_holds_every_event(record, mode_world, tmp_path):
+    directory = recorded_known_program(record, mode_world, tmp_path)
+    events = json.loads((directory / "trace.json").read_text())["traceEvents"]
+    names = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    hosts_per_rank = mode_world.topology.cores_per_host
+    for rank in range(4):
+        assert names[rank].startswith(f"rank {rank} · host {rank // hosts_per_rank} · chip (")
+    lanes = {(e["pid"], e["args"]["name"]) for e in events if e["name"] == "thread_name"}
+    assert {lane for _, lane in lanes} == {"compute", "collectives", "waits", "checkpoints"}
+    slices = defaultdict(list)
+    for e in events:
+        if e["ph"] == "X":
+            slices[e["pid"]].append(e)
+    for rank in range(4):
+        by_category = defaultdict(list)
+        for e in sorted(slices[rank], key=lambda e: e["ts"]):
+            by_category[e["cat"]].append(e)
+        assert [e["name"] for e in by_category["collective"]] == [
+            op for op, _ in traced_programs.KNOWN_COLLECTIVES[rank]
+        ]
+        assert [e["name"] for e in by_category["graph"]] == ["torch_xla.sync", "xm.mark_step"]
+        assert [(e["name"], Path(e["args"]["path"]).name) for e in by_category["checkpoint"]] == [
+            ("torch.save", f"rank-{rank}.pt"),
+            ("torch.load", f"rank-{rank}.pt"),
+        ]
+        assert len(by_category["launch"]) == 1
+        for collective in by_category["collective"]:
+            args = collective["args"]
+            entered, last, returned = (
+                args["entered_us"],
+                args["last_member_arrived_us"],
+                args["returned_us"],
+            )
+            assert entered <= last <= returned
+
+
+def test_a_reader_not_ours_finds_every_rank_and_collective(record, world, tmp_path):
+    """Holistic Trace Analysis (the PyTorch profiler's trace analyser) parses trace.json."""
+    parser = pytest.importorskip("hta.common.trace_parser", reason="the `trace` extra")
+    from hta.configs.parser_config import ParserConfig
+
+    directory = recorded_known_program(record, world, tmp_path)
+    _, frame, symbols = parser.parse_trace_dataframe(
+        str(directory / "trace.json"), ParserConfig.get_default_cfg()
+    )
+    frame["name"] = frame["name"].map(lambda index: symbols.sym_table[index])
+    frame["cat"] = frame["cat"].map(lambda index: symbols.sym_table[index])
+    assert sorted(frame["pid"].unique()) == [0, 1, 2, 3]
+    for rank in range(4):
+        collectives = frame[(frame["pid"] == rank) & (frame["cat"] == "collective")]
+        assert list(collectives.sort_values("ts")["name"]) == [
+            op for op, _ in traced_programs.KNOWN_COLLECTIVES[rank]
+        ]
+
+
+def test_off_records_nothing(world, tmp_path, monkeypatch):
+    monkeypatch.delenv(recorder.TRACE_ENV, raising=False)
+    monkeypatch.chdir(tmp_path)
+    world.run(traced_programs.known_program, (str(tmp_path),), size=4)
+    assert recorder.current() is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"rank-{r}.pt" for r in range(4)]
+    assert world.trace is not None and world.trace.files is None
+
+
+@pytest.fixture
+def hanging_world(mode_world):
+    """The mode's world with a 2 s collective bound."""
+    saved = mode_world.collective_timeout
+    mode_world.collective_timeout = 2.0
+    yield mode_world
+    mode_world.collective_timeout = saved
+
+
+def test_a_hang_names_its_trace_and_the_picture_shows_the_waiting_ranks(
+    record, hanging_world, tmp_path
+):
+    """In worker processes, the straggler's events reach the trace only if its worker writes
+    them out before it is replaced (it sleeps through the end of the run)."""
+    directory = tmp_path / "trace"
+    with pytest.raises(CollectiveTimeoutError) as raised:
+        record(hanging_world, traced_programs.straggler_program, (3, 5.0), directory)
+    report = str(raised.value)
+    assert f"{directory / 'trace.json'}" in report
+    assert f"{directory / 'collectives.txt'}" in report
+    assert f"the timeline: {directory / 'timeline.png'}" in report
+    assert (directory / "timeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    found = canonical.read(directory)
+    assert [e.status for e in found[3]] == [""]  # the straggler met once, then slept
+    for rank in range(3):
+        assert [e.call.split(" |")[0] for e in found[rank]] == [
+            "all_reduce #0 in [0, 1, 2, 3]",
+            "all_reduce #1 in [0, 1, 2, 3]",
+        ]
+        assert found[rank][1].status.startswith("raised")  # released by the timeout
+    labels = plot.draw(timeline.load(directory), tmp_path / "again.png")
+    waiting = {rank for rank, label in labels if "never met" in label}
+    assert waiting == {0, 1, 2}
+    assert any(rank == 3 and "still running" in label for rank, label in labels)
+
+
+def test_an_event_stream_is_in_program_order_on_one_clock(record, isolated, tmp_path):
+    directory = recorded_known_program(record, isolated, tmp_path)
+    for rank, events in model.read_ranks(directory).items():
+        assert [e.n for e in events] == list(range(len(events)))
+        assert [e.t for e in events] == sorted(e.t for e in events), rank
+        assert all(e.rank == rank for e in events)
