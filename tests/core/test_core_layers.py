@@ -54,6 +54,13 @@ MUST_STAY_LAZY = {
     ("xlasim.activation", "xlasim.ranks.world"),
     ("xlasim.base.rank_context", "torch_xla"),
     ("xlasim.emulation.patches", "torch_xla._internal"),
+    # Recording's wrappers: torch only once a launch is traced (docs/events.md).
+    ("xlasim.events.hooks", "torch"),
+    ("xlasim.events.hooks", "torch.distributed"),
+    ("xlasim.events.hooks", "torch_xla"),
+    ("xlasim.events.hooks", "torch_xla.core.xla_model"),
+    ("xlasim.events.hooks", "torch_xla.runtime"),
+    ("xlasim.events.hooks", "xlasim.reports.callsite"),
     ("xlasim.emulation.patches", "torch_xla.core.xla_model"),
     ("xlasim.emulation.patches", "torch_xla.distributed.xla_multiprocessing"),
     ("xlasim.emulation.patches", "torch_xla.runtime"),
