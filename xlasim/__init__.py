@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     )
     from .base.rank_context import RankContext, current
     from .base.topology import Topology
+    from .emulation.world_of_one import OutsideWorldWarning
     from .ranks.world import World
 
 #: The public names and the modules they live in, imported on first use: importing the package
@@ -48,6 +49,7 @@ _EXPORTS = {
     "XlasimError": "base.errors",
     "Topology": "base.topology",
     "World": "ranks.world",
+    "OutsideWorldWarning": "emulation.world_of_one",
 }
 
 __all__ = [
@@ -56,6 +58,7 @@ __all__ = [
     "DeadlockError",
     "DeviceCountError",
     "OutsideWorldError",
+    "OutsideWorldWarning",
     "RankContext",
     "RankFailedError",
     "RuntimeAlreadyStartedError",

@@ -96,6 +96,9 @@ def test_every_replacement_takes_the_arguments_of_the_original(world):
         if [(n, k) for n, k, _ in mine] == PASS_THROUGH:
             # A wrapper that forwards every argument: it binds as the original it forwards to.
             assert replacement.__wrapped__ is original, f"{name} forwards to another function"
+            on_rank = getattr(replacement, "on_rank", None)  # world_of_one: emulated on a rank
+            if on_rank is not None and parameters(original) != parameters(on_rank, False):
+                mismatched.append(f"{name} on a rank: {parameters(on_rank, False)}")
         elif name in BUILTINS:
             assert [n for n, _, _ in mine] == BUILTINS[name], name
         elif parameters(original) != mine:

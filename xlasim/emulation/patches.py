@@ -41,7 +41,7 @@ def _targets() -> list[tuple[Any, str, Any]]:
     from ..compilation import turns
     from ..ranks import launchers
     from ..reports import traced_counters
-    from . import collectives, compiled, distributed, queries, seeding, spmd
+    from . import collectives, compiled, distributed, queries, seeding, spmd, world_of_one
 
     runtime_originals = {
         name: getattr(xr, name)
@@ -65,6 +65,7 @@ def _targets() -> list[tuple[Any, str, Any]]:
     targets.append(
         (xm, "get_xla_supported_devices", queries.supported_devices(xm.get_xla_supported_devices))
     )
+    cores = queries.slice_cores()
     for name in (
         "all_reduce",
         "all_gather",
@@ -77,7 +78,14 @@ def _targets() -> list[tuple[Any, str, Any]]:
         "xla_rendezvous",
         "rendezvous",
     ):
-        targets.append((xm, name, getattr(collectives, name)))
+        emulated = getattr(collectives, name)
+        targets.append(
+            (
+                xm,
+                name,
+                world_of_one.or_world_of_one(emulated, getattr(xm, name), f"xm.{name}", cores),
+            )
+        )
     targets += [
         (xmp, "spawn", launchers.spawn),
         (pjrt, "spawn", launchers.pjrt_spawn),

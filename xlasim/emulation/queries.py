@@ -87,6 +87,11 @@ def _identity() -> Identity:
     return Identity.of(activation.topology())
 
 
+def slice_cores() -> int:
+    """How many cores the emulated slice has."""
+    return _identity().topology.devices
+
+
 def _host() -> int:
     """The emulated host this code runs on: the rank's, else this process's."""
     from .. import activation

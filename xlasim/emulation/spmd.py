@@ -64,10 +64,12 @@ def _guarded(original: Callable[..., Any]) -> Callable[..., Any]:
             )
         if not _allowed and _refusal is not None:
             raise SpmdRefusedError(f"xr.use_spmd() called here: {_refusal}")
-        result = original(*args, **kwargs)
         from .. import activation
 
-        if activation.is_emulated():  # a script's SPMD program over the emulated slice
+        if activation.is_emulated() and _pod is None:  # a script's SPMD program: the pod's
+            _become_pod(activation.topology())
+        result = original(*args, **kwargs)
+        if activation.is_emulated():
             _say_tpu_once_started()
         return result
 
@@ -121,6 +123,29 @@ def start_world(topology: Topology | None, devices: int) -> int:
     return xr.global_runtime_device_count()
 
 
+def _become_pod(topology: Topology) -> None:
+    """Make this launching process the one process of the emulated pod, as `start_world` makes
+    the plugin's SPMD worker: all of the pod's devices (the launching process was given its
+    host's cores, which on a multi-host pod are fewer) and `as_host` for each of its hosts. So
+    a script's `xr.global_runtime_device_count()` agrees with the device attributes, and
+    `xs.HybridMesh` finds every slice's devices."""
+    global _pod
+    import torch_xla
+
+    if topology.devices != topology.cores_per_host:
+        if torch_xla._XLAC._xla_runtime_is_initialized():
+            raise SpmdRefusedError(
+                f"xr.use_spmd() after the XLA runtime started with host 0's "
+                f"{topology.cores_per_host} cores: the emulated pod ({topology.describe()}) is "
+                f"one SPMD process over its {topology.devices} devices (docs/spmd.md), which "
+                "must be chosen before the runtime starts. Call xr.use_spmd() before the first "
+                "use of an XLA device."
+            )
+        os.environ["CPU_NUM_DEVICES"] = str(topology.devices)
+    _pod = topology
+    _answer_as_acting_host()
+
+
 def _say_tpu_once_started() -> None:
     """Start the runtime on the CPU client (it reads `PJRT_DEVICE=CPU` once, at its start), then
     let `PJRT_DEVICE` say TPU, as a TPU VM's environment does: SPMD code compares it with the
@@ -143,6 +168,13 @@ def _put_on_identity() -> None:
     xr.device_type = lambda: queries.DEVICE_TYPE
     for owner, name, replacement in queries.identity_patches():
         setattr(owner, name, replacement)
+    _answer_as_acting_host()
+
+
+def _answer_as_acting_host() -> None:
+    """Let `as_host` answer the host queries (`_HOST_QUERIES`) for the pod's hosts."""
+    import torch_xla.runtime as xr
+
     for name, acting in _HOST_QUERIES.items():
         setattr(xr, name, _while_acting(acting, getattr(xr, name)))
 
