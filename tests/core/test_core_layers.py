@@ -68,6 +68,7 @@ MUST_STAY_LAZY = {
     ("xlasim.emulation.patches", "xlasim.emulation.compiled"),
     ("xlasim.emulation.patches", "xlasim.emulation.distributed"),
     ("xlasim.emulation.patches", "xlasim.emulation.seeding"),
+    ("xlasim.emulation.patches", "xlasim.emulation.world_of_one"),
     ("xlasim.emulation.patches", "xlasim.tpu.arithmetic"),
     ("xlasim.reports.xla_counters", "torch_xla"),
     ("xlasim.reports.xla_counters", "torch_xla.debug.metrics"),
