@@ -38,7 +38,7 @@ RUNTIME_QUERIES = (
 
 def start() -> None:
     if sys.argv[1:2] == ["--start-world"]:
-        from xlasim.topology import preset
+        from xlasim.base.topology import preset
 
         pod = preset(sys.argv[2])
         spmd.start_world(pod, pod.devices)

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from xlasim.topology import PRESETS
+from xlasim.base.topology import PRESETS
 
 PROBE = Path(__file__).with_name("identity_probe.py")
 ROOT = PROBE.parents[2]
