@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from xlasim.base.topology import PRESETS
 
 PROBE = Path(__file__).with_name("identity_probe.py")
