@@ -29,6 +29,8 @@ from ..base.errors import (
 )
 from ..base.topology import Topology
 from ..events import recorder
+from ..races.syncs import SyncLog
+from ..races.watch import synchronizing
 from ..reports import hang_report
 from ..reports.hang_report import RankReporter, rank_span
 from ..reports.rank_outcome import RESULT_ONLY, Collect, RankOutcome
@@ -116,6 +118,8 @@ class Run(RunObjects):
         self._mailboxes: dict[Any, deque[tuple[Call, Any]]] = {}
         #: Collectives completed in this run, by op (each counted once, not once per rank).
         self.completed: Counter[str] = Counter()
+        #: Every rank's synchronisations, when the run detects races.
+        self.syncs = SyncLog(size) if collect.races else None
         super().__init__()
 
     def store(self):
@@ -175,11 +179,23 @@ class Run(RunObjects):
         The rank that completes the slot computes `combine` once for everyone; every
         participant gets the same object back and must not mutate it.
         """
-        participants = tuple(participants)
+        with synchronizing():
+            return self._gather(rank, tuple(participants), call, payload, combine)
+
+    def _gather(
+        self,
+        rank: int,
+        participants: tuple[int, ...],
+        call: Call,
+        payload: Any,
+        combine: Callable[[list[Any]], Any] | None,
+    ) -> Any:
         with self.cond:
             self._raise_if_aborted()
             sequence = self._sequence[rank].get(participants, 0)
             self._sequence[rank][participants] = sequence + 1
+            if self.syncs is not None:
+                self.syncs.group(rank, participants, sequence)
             key = (participants, sequence)
             slot = self._slots.get(key)
             if slot is None:
@@ -239,21 +255,25 @@ class Run(RunObjects):
 
     def send(self, rank: int, channel: Any, call: Call, payload: Any) -> None:
         """Deposit a message; sends never block, as XLA's do not until the receiver runs."""
-        with self.cond:
+        with synchronizing(), self.cond:
             self._raise_if_aborted()
+            if self.syncs is not None:
+                self.syncs.send(rank, channel)
             self._mailboxes.setdefault(channel, deque()).append((call, payload))
             self.completed[call.op] += 1
             self.cond.notify_all()
 
     def receive(self, rank: int, channel: Any, call: Call) -> tuple[Call, Any]:
         """Take the oldest message of a channel, waiting (bounded) until one is there."""
-        with self.cond:
+        with synchronizing(), self.cond:
             self._raise_if_aborted()
             box = self._mailboxes.setdefault(channel, deque())
             if not box:
                 self._wait_state(rank, call, lambda: bool(box))
                 self._check_progress()
                 self._wait(rank, lambda: bool(box), time.monotonic())
+            if self.syncs is not None:
+                self.syncs.receive(rank, channel)
             return box.popleft()
 
     # ----------------------------------------------------------------- waiting and reports

@@ -18,6 +18,7 @@ from typing import Any
 from ..base import rank_context
 from ..base.errors import RankAbandoned
 from ..base.topology import Topology
+from ..races import watch
 from ..reports import rank_outcome, xla_counters
 from ..reports.callsite import thread_location, thread_stack
 from . import exit_guard, launch_reset
@@ -113,7 +114,10 @@ class RankThread:
             xla_counters.open_window(
                 run, rank_context.RankContext(run, self.rank).addressable_device_count
             )
-        ended = rank_outcome.call(self.rank, run.size, fresh_start, args, kwargs, collect, run)
+        host = run.topology.host_of(self.rank)
+        with watch.watching(self.rank, run.size, host, collect.races, collect.schedule) as log:
+            ended = rank_outcome.call(self.rank, run.size, fresh_start, args, kwargs, collect, run)
+        ended.accesses = log
         if collect.metrics:
             ended.metrics = xla_counters.close_window(run)
         return ended

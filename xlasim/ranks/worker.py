@@ -30,6 +30,7 @@ from ..base.topology import Topology
 from ..emulation import patches
 from ..emulation.rendezvous import Call, RunObjects
 from ..events import hooks, recorder
+from ..races.watch import synchronizing
 from ..reports import rank_output
 from ..reports.rank_outcome import Collect, RankOutcome
 from . import launch_reset, shared_payloads
@@ -114,13 +115,16 @@ class RunClient(RunObjects):
 
     def gather(self, rank, participants, call: Call, payload, combine=None):
         request = ("gather", self.job, tuple(participants), call, combine)
-        return self._links[rank].call(request, payload)
+        with synchronizing():
+            return self._links[rank].call(request, payload)
 
     def send(self, rank, channel, call: Call, payload) -> None:
-        self._links[rank].call(("send", self.job, channel, call), payload, owned=True)
+        with synchronizing():
+            self._links[rank].call(("send", self.job, channel, call), payload, owned=True)
 
     def receive(self, rank, channel, call: Call):
-        return self._links[rank].call(("receive", self.job, channel, call))
+        with synchronizing():
+            return self._links[rank].call(("receive", self.job, channel, call))
 
     def finish(self, outcome: RankOutcome) -> None:
         """Hand the rank's outcome to the parent's run: its result through shared memory, the

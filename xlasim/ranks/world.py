@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from typing import Any
 
+from .. import races
 from ..base import rank_context
 from ..base.errors import (
     CollectiveTimeoutError,
@@ -129,6 +130,7 @@ class World:
             )
         if rank_context.current() is not None:
             raise launch_inside_rank(rank_context.current().rank)
+        collect = races.requested(collect)
         jobs = [
             (fn, (rank, *args) if pass_rank else tuple(args), kwargs or {}) for rank in range(size)
         ]
@@ -151,7 +153,8 @@ class World:
                 self.collectives.update(run.completed)
             outcomes = self._outcomes(run)
             traced.failed = any(o.raised for o in outcomes)
-            return outcomes
+        races.check(run.syncs, outcomes, rank_failure)
+        return outcomes
 
     def _supervise(self, run: Run, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -191,6 +194,7 @@ class World:
                 for r, o in enumerate(run.outcomes)
             ]
         if run.abort_cause is not None and not any(o.raised for o in outcomes):
+            races.check(run.syncs, outcomes, run.abort_cause)
             raise run.abort_cause
         return outcomes
 

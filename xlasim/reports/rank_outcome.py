@@ -45,6 +45,10 @@ class Collect:
     #: Called with a rank's exception where it was raised (its frames are there); what it
     #: returns is kept as `RankOutcome.rendering`. Must pickle for ranks in other processes.
     render: Callable[[BaseException], Any] | None = None
+    #: Record the ranks' file accesses and synchronisations (race detection, xlasim.races).
+    races: bool = False
+    #: Delay the ranks as this seed's schedule says (xlasim.races.schedule), or not at all.
+    schedule: int | None = None
 
 
 #: Outcomes with the result or the error, and nothing more.
@@ -70,6 +74,8 @@ class RankOutcome:
     duration: float = 0.0
     #: What `Collect.render` made of `error` where it was raised.
     rendering: Any = None
+    #: The rank's file accesses, when its run detects races (`xlasim.races.Access`).
+    accesses: list | None = None
 
     @property
     def released(self) -> bool:
