@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import races
 from common import KIB, MIB, MODES
 
 Record = dict[str, Any]
@@ -276,6 +277,35 @@ ISSUE26_DEMO_TARGET = Target(
     times,
 )
 
+ISSUE27_TARGETS = [
+    Target(
+        27,
+        "pytest tests/properties: wall with --xla-races / wall without",
+        "races_detection",
+        None,
+        8,
+        "isolated",
+        "on_over_off",
+        "<=",
+        1.3,
+        times,
+        optional=True,
+    ),
+    Target(
+        27,
+        "one exploration schedule of an 8-rank test: call time / plain call time",
+        "races_schedule",
+        None,
+        8,
+        "isolated",
+        "scheduled_over_plain",
+        "<=",
+        1.5,
+        times,
+        optional=True,
+    ),
+]
+
 TARGETS = (
     *(target for mode in MODES for target in issue6_targets(mode)),
     Target(
@@ -306,6 +336,7 @@ TARGETS = (
     ),
     *(target for mode in MODES for target in issue26_targets(mode)),
     ISSUE26_DEMO_TARGET,
+    *ISSUE27_TARGETS,
 )
 
 
@@ -465,6 +496,8 @@ OTHER_LINES: dict[str, Callable[[Record], str]] = {
     "compile_mlp_shared": compile_line,
     "trace_all_reduce": trace_all_reduce_line,
     "trace_demo": trace_demo_line,
+    "races_detection": races.detection_line,
+    "races_schedule": races.schedule_line,
 }
 
 

@@ -2,7 +2,7 @@
 compilation and the cost of tracing, in both xlasim modes (isolated ranks, the default, and
 threads), each against peers from the same run.
 
-    python benchmarks/run.py [--quick] [--suite] [--compile-only] [--json PATH]
+    python benchmarks/run.py [--quick] [--suite] [--compile-only] [--races] [--json PATH]
 
 Every measure runs in a bounded child process (see processes.py); this process collects the
 records and prints the table and the targets. The machine may be shared, so figures are judged
@@ -25,6 +25,7 @@ from typing import Any
 
 import arithmetic
 import pytest_runs
+import races
 import spmd
 from common import MODES, OPS, SIZES, moved_bytes, parse_records
 from processes import Finished, run_script
@@ -227,6 +228,15 @@ def suite_records(paths: list[str], notes: list[str], progress: Progress) -> lis
     return [complete(r) for r in records]
 
 
+def race_records(rounds: int, notes: list[str], progress: Progress) -> list[Record]:
+    """Race detection on against off, and one schedule against a plain run (issue 27)."""
+    progress("races: pytest tests/properties with and without --xla-races")
+    records = guarded(races.detection, "race detection", notes)
+    progress(f"races: one schedule of an 8-rank test against a plain run, best of {rounds}")
+    records += guarded(lambda: races.exploration(rounds), "race schedule", notes)
+    return [complete(r) for r in records]
+
+
 def guarded(measure: Callable[[], Record], what: str, notes: list[str]) -> list[Record]:
     """Run an in-process measure; a failure becomes a note, not a lost run."""
     try:
@@ -250,6 +260,12 @@ def arguments() -> argparse.Namespace:
         "--compile-only",
         action="store_true",
         help="only the compile case (issue 24): an MLP's training on 1 rank, then 8 in each mode",
+    )
+    parser.add_argument(
+        "--races",
+        action="store_true",
+        help="also time race detection (tests/properties with and without --xla-races) and "
+        "one exploration schedule of an 8-rank test (~10 min)",
     )
     parser.add_argument(
         "--json", type=Path, metavar="PATH", help="write the records as a JSON list"
@@ -282,6 +298,8 @@ def main() -> None:
     records += tracing_records(notes, progress)
     if args.suite is not None:
         records += suite_records(args.suite, notes, progress)
+    if args.races:
+        records += race_records(rounds, notes, progress)
     records += [complete(r) for r in spmd.records(notes, progress)]
     records += [complete(r) for r in arithmetic.records(notes, progress)]
     finish(records, notes, progress, args.json)

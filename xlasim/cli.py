@@ -6,7 +6,9 @@ emulation is set up, so its `xmp.spawn` / `torch_xla.launch` calls land on the e
 With `--torchrun` the script runs as `torchrun` runs it, on every rank (xlasim/torchrun.py).
 With `XLASIM_RUN_REPORT=PATH` set, it writes at exit what the run did (launches, collectives by
 op, exit status) as JSON: a script that exits 0 without launching anything is told apart from one
-that passed. `xlasim conformance PATH/TO/xla/test` runs torch_xla's own multi-device tests
+that passed. `--races` fails a launch whose ranks touch one file with no collective between
+them; `--schedules N` runs the script under N seeded schedules and `--schedule SEED` replays one
+(docs/races.md). `xlasim conformance PATH/TO/xla/test` runs torch_xla's own multi-device tests
 emulated and prints a table (see xlasim/conformance); `xlasim lightning PATH/TO/lightning` does the
 same for Lightning's TPU tests (see xlasim/lightning). `xlasim topologies` lists the named slices.
 """
@@ -20,6 +22,7 @@ import runpy
 import sys
 from collections.abc import Sequence
 
+from . import races
 from .base.errors import XlasimError
 
 
@@ -63,6 +66,27 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="run the script as torchrun would: as __main__ on every rank, each with torchrun's "
         "environment (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT, TORCHELASTIC_*)",
+    )
+    run.add_argument(
+        "--races",
+        action="store_true",
+        help="detect races: file accesses of different ranks that no collective orders fail "
+        "the launch with both ranks, operations and lines (docs/races.md)",
+    )
+    run.add_argument(
+        "--schedules",
+        type=int,
+        default=None,
+        metavar="N",
+        help="run the script under N seeded schedules (ranks delayed at file operations and "
+        "collectives), each in a fresh process; the first that fails names its seed",
+    )
+    run.add_argument(
+        "--schedule",
+        type=int,
+        default=None,
+        metavar="SEED",
+        help="run under the schedule of this seed (replays a failure --schedules found)",
     )
     run.add_argument(
         "-m",
@@ -143,6 +167,18 @@ def write_run_report(path: str, status: int) -> None:
         json.dump(report, out)
 
 
+def _run_arguments(options: argparse.Namespace) -> list[str]:
+    """The `xlasim run` arguments that give this run again, without `--schedules`."""
+    arguments = []
+    for flag in ("devices", "processes", "hosts", "topology", "timeout"):
+        if getattr(options, flag) is not None:
+            arguments += [f"--{flag}", str(getattr(options, flag))]
+    for flag, name in (("--torchrun", "torchrun"), ("--races", "races"), ("-m", "module")):
+        if getattr(options, name):
+            arguments.append(flag)
+    return [*arguments, options.target, *options.args]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     options = _parser().parse_args(argv)
     if options.command == "topologies":
@@ -166,11 +202,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ[TRACE_ENV] = options.trace
     if options.timeout is not None:
         os.environ["XLASIM_TIMEOUT"] = str(options.timeout)
+    if options.races:
+        os.environ[races.RACES_ENV] = "1"
+    if options.schedule is not None:
+        os.environ[races.SCHEDULE_ENV] = str(options.schedule)
     if not options.module and not os.path.isfile(options.target):
         print(f"xlasim: no script {options.target!r} (from {os.getcwd()})", file=sys.stderr)
         return 2
     if options.devices is None and not options.topology and "XLASIM_DEVICES" not in os.environ:
         options.devices = 8
+    if options.schedules is not None:
+        from .races.explore import explore_script
+
+        return explore_script(_run_arguments(options), options.schedules)
     status = 1  # an exception that escapes is exit status 1
     try:
         status = run_target(options)

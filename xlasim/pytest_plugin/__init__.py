@@ -18,4 +18,5 @@ pytest_plugins = [
     "xlasim.pytest_plugin.hypothesis_profiles",
     "xlasim.pytest_plugin.reporting",
     "xlasim.pytest_plugin.metrics",
+    "xlasim.pytest_plugin.races",
 ]

@@ -84,6 +84,28 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "trace per test in DIR/<test id>/ (trace.json for Perfetto, collectives.txt); see "
         "docs/tracing.md",
     )
+    group.addoption(
+        "--xla-races",
+        action="store_true",
+        default=False,
+        help="detect races: a test whose ranks touch one file with no collective between them "
+        "fails, naming both ranks, operations and lines (docs/races.md)",
+    )
+    group.addoption(
+        "--xla-schedules",
+        type=int,
+        default=None,
+        metavar="N",
+        help="run every rank test under N seeded schedules (ranks delayed at file operations "
+        "and collectives); a failure names its seed",
+    )
+    group.addoption(
+        "--xla-schedule",
+        type=int,
+        default=None,
+        metavar="SEED",
+        help="run the ranks under the schedule of this seed (replays a failure of --xla-schedules)",
+    )
     parser.addini("xla_devices", "number of emulated XLA cores", default=None)
     parser.addini("xla_processes", "worker processes holding the emulated cores", default=None)
     parser.addini("xla_hosts", "emulated hosts the processes are spread over", default=None)

@@ -178,10 +178,15 @@ def run_ranks(
     from .remote import FailureStyle
 
     live = config.getoption("capture") == "no"
-    with _traced(config, item) as directory:
-        outcomes = executor(config).run_ranks(
+
+    def run() -> list[RankOutcome]:
+        return executor(config).run_ranks(
             fn, args, kwargs, size=size, timeout=timeout, tee=live, style=FailureStyle.of(item)
         )
+
+    schedules = config.getoption("xla_schedules", None)
+    with _traced(config, item) as directory:
+        outcomes = _explored(run, schedules, item) if schedules else run()
     if not live:
         replay_output(outcomes)
     if directory is not None and item is not None and any(o.raised for o in outcomes):
@@ -210,3 +215,19 @@ def _traced(config: pytest.Config, item: pytest.Item | None) -> Iterator[Path | 
             del os.environ[TRACE_ENV]
         else:
             os.environ[TRACE_ENV] = saved
+
+
+def _explored(
+    run: Callable[[], list[RankOutcome]], schedules: int, item: pytest.Item | None
+) -> list[RankOutcome]:
+    """The ranks under `--xla-schedules=N`: the first schedule that fails is named in the
+    report (the ranks' own renderings were made before it was known)."""
+    from ..races.explore import explore, replay_note
+
+    def replay(seed: int) -> str:
+        return f"--xla-schedule={seed}"
+
+    outcomes, failed = explore(run, schedules, replay)
+    if failed is not None and item is not None:
+        item.add_report_section("call", "xlasim schedule", replay_note(failed, replay(failed)))
+    return list(outcomes)

@@ -12,35 +12,18 @@ Off by default, and then nothing is recorded, installed or delayed.
 
 from __future__ import annotations
 
-import dataclasses
-import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from .accesses import Access, Race, races
 from .clocks import clocks
+from .hosts import explain_missing_files
 from .report import RaceError, describe
+from .settings import RACES_ENV, SCHEDULE_ENV, detecting, requested, scheduled
 from .syncs import SyncLog
 
 if TYPE_CHECKING:
-    from ..reports.rank_outcome import Collect, RankOutcome
-
-RACES_ENV = "XLASIM_RACES"
-SCHEDULE_ENV = "XLASIM_SCHEDULE"
-
-
-def requested(collect: Collect) -> Collect:
-    """`collect` with what this process's environment asks of launches (detection, a
-    schedule); the pytest plugin and `xlasim run` set the variables.
-
-    Args:
-        collect: what the launch collects otherwise.
-    """
-    detect = os.environ.get(RACES_ENV, "") not in ("", "0")
-    seed = os.environ.get(SCHEDULE_ENV, "")
-    if not detect and not seed:
-        return collect
-    return dataclasses.replace(collect, races=detect, schedule=int(seed) if seed else None)
+    from ..reports.rank_outcome import RankOutcome
 
 
 def found(syncs: SyncLog, outcomes: Sequence[RankOutcome]) -> list[Race]:
@@ -55,25 +38,39 @@ def found(syncs: SyncLog, outcomes: Sequence[RankOutcome]) -> list[Race]:
 
 
 def check(
-    syncs: SyncLog | None, outcomes: Sequence[RankOutcome], failure: BaseException | None
+    syncs: SyncLog | None,
+    outcomes: Sequence[RankOutcome],
+    rank_failure: Callable[[Sequence[RankOutcome]], BaseException],
+    aborted: BaseException | None = None,
 ) -> None:
-    """Raise a `RaceError` naming every race of the launch, if any (`failure`, the ranks' own
-    error when they raised, becomes its cause).
+    """Raise a `RaceError` naming every race of the launch, if any; what the launch raises
+    otherwise becomes its cause. A rank that found no file another host wrote gets a note.
 
     Args:
         syncs: the launch's synchronisations (None: detection was off).
         outcomes: the ranks' outcomes.
-        failure: what the launch raises otherwise, or None.
+        rank_failure: the error of a launch whose ranks raised, made from their outcomes.
+        aborted: what aborted the launch, if anything did.
     """
     if syncs is None:
         return
+    explain_missing_files(outcomes)
     seen = found(syncs, outcomes)
     if not seen:
         return
     message = describe(seen)
+    failure = aborted or (rank_failure(outcomes) if any(o.raised for o in outcomes) else None)
     if failure is not None:
         message += f"\n(the launch also failed: {type(failure).__name__}: {failure})"
     raise RaceError(message, seen) from failure
 
 
-__all__ = ["RACES_ENV", "SCHEDULE_ENV", "RaceError", "check", "requested"]
+__all__ = [
+    "RACES_ENV",
+    "SCHEDULE_ENV",
+    "RaceError",
+    "check",
+    "detecting",
+    "requested",
+    "scheduled",
+]

@@ -42,6 +42,9 @@ class Access:
         position: how many synchronisations the rank had made before it.
         order: its place among the rank's accesses (program order).
         host: the emulated host of the rank.
+        on_host: the path as seen from its host's directory (relative when it is below it):
+            hosts of a pod do not share files, and a file one host wrote is missing on another
+            under that same name.
     """
 
     rank: int
@@ -51,6 +54,7 @@ class Access:
     position: int
     order: int = 0
     host: int = 0
+    on_host: str = ""
 
     def describe(self) -> str:
         return f"rank {self.rank} (host {self.host}) {self.op} {self.path} at {self.site}"

@@ -20,10 +20,13 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 
-FILE_STEP_S = 0.05
+FILE_STEP_S = 0.1
 COLLECTIVE_STEP_S = 0.002
 COLLECTIVE_ODDS = 4
+#: How often a delay looks whether its launch was aborted.
+ABORT_CHECK_S = 0.01
 
 
 class Schedule:
@@ -33,10 +36,13 @@ class Schedule:
         seed: the schedule (a failure names it; `--schedule SEED` replays it).
         rank: the rank delayed.
         size: ranks in the launch.
+        aborted: whether the launch was aborted: a delay ends at once then, so the ranks the
+            abort released unwind within the supervisor's grace period.
     """
 
-    def __init__(self, seed: int, rank: int, size: int):
+    def __init__(self, seed: int, rank: int, size: int, aborted: Callable[[], bool]):
         self.seed = seed
+        self._aborted = aborted
         self.rank = rank
         self.priority = random.Random(seed).sample(range(size), size)[rank]
         self._collectives_passed = 0
@@ -46,11 +52,19 @@ class Schedule:
         """Args: position: the synchronisations the rank made so far."""
         if position != self._delayed_at:
             self._delayed_at = position
-            time.sleep(FILE_STEP_S * (1 + self.priority))
+            self._sleep(FILE_STEP_S * (1 + self.priority))
 
     def after_collective(self) -> None:
         index = self._collectives_passed
         self._collectives_passed += 1
         draw = random.Random(f"{self.seed}:{self.rank}:{index}").randrange(COLLECTIVE_ODDS)
         if draw == 0:
-            time.sleep(COLLECTIVE_STEP_S * (1 + self.priority))
+            self._sleep(COLLECTIVE_STEP_S * (1 + self.priority))
+
+    def _sleep(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while not self._aborted():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            time.sleep(min(left, ABORT_CHECK_S))

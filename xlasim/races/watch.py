@@ -62,6 +62,8 @@ class _Watched:
         self.schedule = schedule
         self.position = 0
         self.quiet = 0
+        #: The host's directory (every rank of a host starts in it).
+        self.root = os.getcwd() + os.sep
 
 
 def _current() -> _Watched | None:
@@ -70,7 +72,12 @@ def _current() -> _Watched | None:
 
 @contextmanager
 def watching(
-    rank: int, size: int, host: int, record: bool, seed: int | None
+    rank: int,
+    size: int,
+    host: int,
+    record: bool,
+    seed: int | None,
+    aborted: Callable[[], bool] = lambda: False,
 ) -> Iterator[list[Access] | None]:
     """Watch the calling thread as `rank` for one launch.
 
@@ -80,6 +87,7 @@ def watching(
         host: the rank's emulated host.
         record: record the rank's accesses (race detection).
         seed: the schedule to follow, or None.
+        aborted: whether the launch was aborted (a schedule's delay then ends at once).
 
     Yields:
         the list the accesses are appended to (None when not recording).
@@ -88,7 +96,7 @@ def watching(
         yield None
         return
     install()
-    schedule = Schedule(seed, rank, size) if seed is not None else None
+    schedule = Schedule(seed, rank, size, aborted) if seed is not None else None
     _local.watched = watched = _Watched(rank, host, record, schedule)
     try:
         yield watched.accesses
@@ -126,7 +134,10 @@ def _record(op: str, path: Any) -> None:
         if watched.accesses is not None:
             order = len(watched.accesses)
             site = _site()
-            access = Access(watched.rank, op, path, site, watched.position, order, watched.host)
+            on_host = path[len(watched.root) :] if path.startswith(watched.root) else path
+            access = Access(
+                watched.rank, op, path, site, watched.position, order, watched.host, on_host
+            )
             watched.accesses.append(access)
         if watched.schedule is not None:
             watched.schedule.before_file_operation(watched.position)

@@ -7,6 +7,7 @@ thread also plays the local ranks inside each worker process of a multi-process 
 from __future__ import annotations
 
 import ctypes
+import functools
 import queue
 import sys
 import threading
@@ -115,7 +116,10 @@ class RankThread:
                 run, rank_context.RankContext(run, self.rank).addressable_device_count
             )
         host = run.topology.host_of(self.rank)
-        with watch.watching(self.rank, run.size, host, collect.races, collect.schedule) as log:
+        aborted = functools.partial(_aborted, run)
+        with watch.watching(
+            self.rank, run.size, host, collect.races, collect.schedule, aborted
+        ) as log:
             ended = rank_outcome.call(self.rank, run.size, fresh_start, args, kwargs, collect, run)
         ended.accesses = log
         if collect.metrics:
@@ -127,6 +131,12 @@ class RankThread:
 
     def stack(self) -> str:
         return thread_stack(self.thread)
+
+
+def _aborted(run: Any) -> bool:
+    """Whether `run` was aborted (a worker process's run handle does not know: the launching
+    process replaces a worker whose ranks do not unwind)."""
+    return getattr(run, "abort_cause", None) is not None
 
 
 def _flush_std_streams() -> None:

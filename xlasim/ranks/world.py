@@ -194,7 +194,7 @@ class World:
                 for r, o in enumerate(run.outcomes)
             ]
         if run.abort_cause is not None and not any(o.raised for o in outcomes):
-            races.check(run.syncs, outcomes, run.abort_cause)
+            races.check(run.syncs, outcomes, rank_failure, aborted=run.abort_cause)
             raise run.abort_cause
         return outcomes
 
