@@ -119,7 +119,7 @@ def _exit_zero(
     launches, collectives = report["launches"], Counter(report["collectives"])
     if launches <= 0:
         return SILENT_SKIP, f"ran no checks: {verb} without launching ranks{summary}"
-    done = _describe(launches, collectives)
+    done = describe_launches(launches, collectives)
     if not collectives:
         if id in NO_COLLECTIVES:
             return PASSED, f"{done} (expected: {NO_COLLECTIVES[id]}){summary}"
@@ -127,7 +127,8 @@ def _exit_zero(
     return PASSED, done + summary
 
 
-def _describe(launches: int, collectives: Counter[str]) -> str:
+def describe_launches(launches: int, collectives: Counter[str]) -> str:
+    """ "2 launches, 24 collectives (rendezvous 17, all_reduce 7)": what ranks did on the slice."""
     ops = ", ".join(f"{op} {n}" for op, n in collectives.most_common())
     total = sum(collectives.values())
     return f"{launches} launch{'es' if launches != 1 else ''}, {total} collectives" + (
@@ -158,7 +159,7 @@ def failure(job: Job, id: str, text: str, error: str) -> tuple[str, str]:
 def _pytest_rows(job: Job, outcome: Outcome) -> list[Row]:
     status, text = outcome.status, outcome.output
     crash = crash_reason(status, text)
-    cases = _junit_cases(outcome.junit) if outcome.junit else []
+    cases = junit_cases(outcome.junit) if outcome.junit else []
     if crash and not cases:  # junit died with the process: the crash is the running test's
         return [_row(job, CRASHED, outcome.seconds, crash, crashed_test(job, outcome))]
     if not cases:
@@ -190,7 +191,8 @@ def _collection_failed(cases: list[ET.Element]) -> bool:
     )
 
 
-def _junit_cases(path: Path) -> list[ET.Element]:
+def junit_cases(path: Path) -> list[ET.Element]:
+    """The test cases of a junit file (none when pytest died while writing it)."""
     try:
         return list(ET.parse(path).getroot().iter("testcase"))
     except ET.ParseError:
@@ -240,8 +242,23 @@ def _case_row(job: Job, case: ET.Element) -> Row:
 
 
 def _test_id(job: Job, case: ET.Element) -> str:
-    """`file::Class::test` from junit's dotted classname (rootdir-relative module path)."""
-    module = job.rel[: -len(".py")].replace("/", ".")
+    return junit_test_id(job.rel, case)
+
+
+def junit_test_id(rel: str, case: ET.Element) -> str:
+    """`file::Class::test` from junit's dotted classname; `rel`: the file's path relative to
+    pytest's rootdir."""
+    module = rel[: -len(".py")].replace("/", ".")
     classname = case.get("classname", "")
     inner = classname[len(module) + 1 :] if classname.startswith(module + ".") else ""
-    return "::".join(filter(None, [job.rel, *inner.split("."), case.get("name", "")]))
+    return "::".join(filter(None, [rel, *inner.split("."), case.get("name", "")]))
+
+
+def case_evidence(case: ET.Element) -> str:
+    """What a passing test did on the emulated slice, from the probe's junit properties: ranks
+    launched and collectives completed (a test of configuration logic launches nothing)."""
+    properties = {p.get("name"): p.get("value") for p in case.iter("property")}
+    launches = int(properties.get(LAUNCHES) or 0)
+    if not launches:
+        return "in the test process (no ranks launched)"
+    return describe_launches(launches, Counter(json.loads(properties.get(COLLECTIVES) or "{}")))

@@ -8,11 +8,8 @@ of the file's run: they run again, each in its own process, and those runs give 
 
 from __future__ import annotations
 
-import json
 import re
 import xml.etree.ElementTree as ET
-from collections import Counter
-from pathlib import Path
 
 from ..conformance.classify import (
     CRASHED,
@@ -22,11 +19,13 @@ from ..conformance.classify import (
     SKIPPED,
     TIMED_OUT,
     Row,
+    case_evidence,
     case_output,
     case_problem,
+    junit_cases,
+    junit_test_id,
 )
 from ..conformance.execution import Outcome
-from ..conformance.pytest_probe import COLLECTIVES, LAUNCHES
 from ..conformance.reasons import compact, crash_reason, first_error_line, last_line
 from .execution import Run
 from .findings import FINDINGS, Finding
@@ -46,7 +45,7 @@ def classify(run: Run, outcome: Outcome) -> tuple[list[Row], list[str]]:
         why = f"killed after {outcome.timeout:.0f} s" + (f"; last output: {last}" if last else "")
         return [Row(run.target, mode, TIMED_OUT, round(outcome.seconds, 1), why)], []
     crash = crash_reason(outcome.status, outcome.output)
-    cases = _cases(outcome.junit) if outcome.junit else []
+    cases = junit_cases(outcome.junit) if outcome.junit else []
     if crash and not cases:
         test = crashed_test(outcome) or run.target
         return [Row(test, mode, CRASHED, round(outcome.seconds, 1), crash)], []
@@ -111,34 +110,8 @@ def _case_row(id: str, mode: str, case: ET.Element) -> Row:
                 return Row(id, mode, XFAILED, seconds, why)
             return Row(id, mode, XFAILED, seconds, f"Lightning's xfail: {message}")
         return Row(id, mode, SKIPPED, seconds, message)
-    return Row(id, mode, PASSED, seconds, _evidence(case))
-
-
-def _evidence(case: ET.Element) -> str:
-    """What a passing test did on the emulated slice: ranks launched and collectives completed
-    (a test of Lightning's configuration logic launches nothing, and that is fine)."""
-    properties = {p.get("name"): p.get("value") for p in case.iter("property")}
-    launches = int(properties.get(LAUNCHES) or 0)
-    if not launches:
-        return "in the test process (no ranks launched)"
-    collectives = Counter(json.loads(properties.get(COLLECTIVES) or "{}"))
-    ops = ", ".join(f"{op} {n}" for op, n in collectives.most_common())
-    total = sum(collectives.values())
-    plural = "es" if launches != 1 else ""
-    return f"{launches} launch{plural}, {total} collectives" + (f" ({ops})" if ops else "")
-
-
-def _cases(path: Path) -> list[ET.Element]:
-    try:
-        return list(ET.parse(path).getroot().iter("testcase"))
-    except ET.ParseError:
-        return []
+    return Row(id, mode, PASSED, seconds, case_evidence(case))
 
 
 def _test_id(run: Run, case: ET.Element) -> str:
-    """`file::Class::test` from junit's dotted classname (module path relative to tests/)."""
-    rel = run.target.split("::", 1)[0]
-    module = rel[: -len(".py")].replace("/", ".")
-    classname = case.get("classname", "")
-    inner = classname[len(module) + 1 :] if classname.startswith(module + ".") else ""
-    return "::".join(filter(None, [rel, *inner.split("."), case.get("name", "")]))
+    return junit_test_id(run.target.split("::", 1)[0], case)
