@@ -10,7 +10,8 @@ that passed. `--races` fails a launch whose ranks touch one file with no collect
 them; `--schedules N` runs the script under N seeded schedules and `--schedule SEED` replays one
 (docs/races.md). `xlasim conformance PATH/TO/xla/test` runs torch_xla's own multi-device tests
 emulated and prints a table (see xlasim/conformance); `xlasim lightning PATH/TO/lightning` does the
-same for Lightning's TPU tests (see xlasim/lightning). `xlasim topologies` lists the named slices.
+same for Lightning's TPU tests (see xlasim/lightning), `xlasim huggingface PATH` for accelerate's and
+transformers' (see xlasim/huggingface). `xlasim topologies` lists the named slices.
 """
 
 from __future__ import annotations
@@ -108,6 +109,13 @@ def _parser() -> argparse.ArgumentParser:
     add_lightning_arguments(
         commands.add_parser("lightning", help="run Lightning's TPU tests emulated")
     )
+    from .huggingface import add_arguments as add_huggingface_arguments
+
+    add_huggingface_arguments(
+        commands.add_parser(
+            "huggingface", help="run accelerate's or transformers' TPU tests and scripts emulated"
+        )
+    )
     return parser
 
 
@@ -192,6 +200,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .lightning import run_lightning
 
         return run_lightning(options)
+    if options.command == "huggingface":
+        from .huggingface import run_huggingface
+
+        return run_huggingface(options)
     if options.command == "trace":
         from .traces.cli import run_trace
 

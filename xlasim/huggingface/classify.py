@@ -1,0 +1,112 @@
+"""Turning a Hugging Face job's run into rows, each non-pass with its class.
+
+A script passes only if it exited 0 having launched ranks that exchanged data (the run report
+of `xlasim run`): a script that returns early on a "not a TPU" branch tested nothing and gates
+as a silent skip. A pytest test passes as pytest says; a skip by the TPU gate itself
+(`require_tpu`: "test requires TPU") gates as a failure, since the gate must open on the
+emulated slice. Every other non-pass gets a class from a finding whose signature is in the
+output (`findings`), from the hub being offline, or from a missing optional package; else it is
+an unexplained failure, and the run's exit status is 1.
+"""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from collections import Counter
+
+from ..conformance.classify import (
+    CRASHED,
+    FAILED,
+    NEEDS_PACKAGE,
+    PASSED,
+    SILENT_SKIP,
+    SKIPPED,
+    TIMED_OUT,
+    Row,
+    case_evidence,
+    case_output,
+    case_problem,
+    describe_launches,
+    junit_cases,
+    junit_test_id,
+)
+from ..conformance.execution import Outcome
+from ..conformance.reasons import compact, crash_reason, first_error_line, last_line
+from .discovery import PYTEST, Job
+from .findings import FINDINGS, NEEDS_HUB
+
+#: What huggingface_hub, transformers and datasets say when the hub is needed while offline.
+_HUB = re.compile(
+    r"OfflineModeIsEnabled|LocalEntryNotFoundError|offline mode is enabled|"
+    r"We couldn't connect to 'https://huggingface\.co'|outgoing traffic has been disabled"
+)
+_MISSING = re.compile(r"ModuleNotFoundError: No module named '([\w.]+)'")
+#: accelerate's `require_tpu` skip message: the gate stayed closed on the emulated slice.
+TPU_GATE_SKIP = "test requires TPU"
+
+
+def classify(job: Job, outcome: Outcome) -> list[Row]:
+    seconds = round(outcome.seconds, 1)
+    if outcome.timed_out:
+        last = last_line(outcome.output)
+        why = f"killed after {outcome.timeout:.0f} s" + (f"; last output: {last}" if last else "")
+        return [Row(job.id, job.mode, TIMED_OUT, seconds, why)]
+    crash = crash_reason(outcome.status, outcome.output)
+    if job.mode != PYTEST:
+        return [_script_row(job, outcome, crash, seconds)]
+    cases = junit_cases(outcome.junit) if outcome.junit else []
+    if not cases:
+        if crash:
+            return [Row(job.id, job.mode, CRASHED, seconds, crash)]
+        error = first_error_line(outcome.output) or f"pytest exit status {outcome.status}"
+        result, reason = failure(job.id, outcome.output, error)
+        return [Row(job.id, job.mode, result, seconds, reason)]
+    return [_case_row(job, case) for case in cases]
+
+
+def failure(id: str, text: str, error: str) -> tuple[str, str]:
+    """Why `id` failed: a finding whose signature is in `text`, the hub being offline, a
+    missing optional package, or else `error` (unexplained: it gates)."""
+    finding = FINDINGS.get(id)
+    if finding is not None and re.search(finding.signature, text):
+        return finding.kind, f"{finding.reason} (docs/huggingface.md#{finding.anchor})"
+    hub = _HUB.search(text)
+    if hub:
+        return NEEDS_HUB, f"needs a model or data set from the hub (offline: {hub.group(0)})"
+    missing = _MISSING.search(text)
+    if missing and missing.group(1).split(".")[0] not in ("torch", "torch_xla", "xlasim"):
+        return NEEDS_PACKAGE, f"needs {missing.group(1)} (not an xlasim dependency)"
+    return FAILED, compact(error)
+
+
+def _script_row(job: Job, outcome: Outcome, crash: str | None, seconds: float) -> Row:
+    if crash:
+        return Row(job.id, job.mode, CRASHED, seconds, crash)
+    if outcome.status != 0:
+        error = first_error_line(outcome.output) or f"exit status {outcome.status}"
+        result, reason = failure(job.id, outcome.output, error)
+        return Row(job.id, job.mode, result, seconds, reason)
+    report = outcome.report or {"launches": 0, "collectives": {}}
+    launches, collectives = report["launches"], Counter(report["collectives"])
+    if launches <= 0 or not collectives:
+        done = describe_launches(launches, collectives)
+        return Row(job.id, job.mode, SILENT_SKIP, seconds, f"ran no checks: exited 0 after {done}")
+    return Row(job.id, job.mode, PASSED, seconds, describe_launches(launches, collectives))
+
+
+def _case_row(job: Job, case: ET.Element) -> Row:
+    id = junit_test_id(job.target, case)
+    seconds = round(float(case.get("time", 0)), 1)
+    problem = case_problem(case, case_output(case))
+    if problem is not None:
+        result, reason = failure(id, *problem)
+        return Row(id, job.mode, result, seconds, reason)
+    skipped = case.find("skipped")
+    if skipped is not None:
+        message = skipped.get("message", "").strip()
+        if TPU_GATE_SKIP in message:
+            why = f"the TPU gate stayed closed on the emulated slice ({message})"
+            return Row(id, job.mode, FAILED, seconds, why)
+        return Row(id, job.mode, SKIPPED, seconds, message)
+    return Row(id, job.mode, PASSED, seconds, case_evidence(case))

@@ -1,0 +1,100 @@
+"""Running one Hugging Face job in its own bounded subprocess on the emulated slice.
+
+Scripts run under `xlasim run` with the launcher their TPU CI uses (`accelerate launch --tpu`,
+or transformers' `xla_spawn.py`), so their `xmp.spawn` lands on the emulated cores; pytest jobs
+run under `pytest --xla-devices=N` with the probe that counts each test's launches. Nothing may
+download: the hub and datasets are switched offline, so a job that needs a model or a data set
+fails saying so (and is classified "needs hub"). The working directory is the run's own log
+directory: what a script writes next to itself (`./examples`) stays out of the checkout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from ..conformance.execution import (
+    _FOREIGN_ENV,
+    Outcome,
+    Slice,
+    probed_pytest_options,
+    run_bounded,
+)
+from ..conformance.pytest_probe import PROGRESS_ENV
+from .discovery import ACCELERATE_LAUNCH, PYTEST, TRANSFORMERS_XLA_SPAWN, Job
+
+#: Hugging Face's switches that keep every download from happening (huggingface_hub, datasets,
+#: transformers), set in every run.
+OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
+def execute(job: Job, slice: Slice, timeout: float, workdir: Path) -> Outcome:
+    """Run `job` on `slice`, bounded by `timeout` seconds; its output, junit file and run
+    report go to `workdir`, which is also its working directory."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    log, junit, report = workdir / "output.log", workdir / "junit.xml", workdir / "run-report.json"
+    progress = workdir / "started.txt"
+    for stale in (junit, report, progress):
+        stale.unlink(missing_ok=True)
+    started = time.monotonic()
+    status = run_bounded(
+        command(job, slice, junit),
+        cwd=workdir,
+        env=environment(timeout, report, progress),
+        log=log,
+        timeout=timeout,
+    )
+    return Outcome(
+        status=status,
+        seconds=time.monotonic() - started,
+        timeout=timeout,
+        output=log.read_text(encoding="utf-8", errors="replace"),
+        report=json.loads(report.read_text()) if report.exists() else None,
+        junit=junit if junit.exists() else None,
+        started=progress.read_text().splitlines() if progress.exists() else [],
+        log=log,
+    )
+
+
+def command(job: Job, slice: Slice, junit: Path) -> list[str]:
+    processes = [] if slice.processes is None else [f"--processes={slice.processes}"]
+    if job.mode == PYTEST:
+        return [
+            sys.executable,
+            "-m",
+            "pytest",
+            f"--xla-devices={slice.devices}",
+            *(f"--xla-{option[2:]}" for option in processes),
+            str(job.root / job.target),
+            # By name, not node id: xlasim's plugin runs a file that calls xr.use_spmd() (as
+            # accelerate's tests/test_utils.py does) in a child session, and its tests cannot be
+            # selected by `file::Class::test` there.
+            "-k",
+            " or ".join(test.rsplit("::", 1)[-1] for test in job.tests),
+            f"--rootdir={job.root}",
+            *probed_pytest_options(junit, ()),
+        ]
+    run = [sys.executable, "-m", "xlasim", "run", f"--devices={slice.devices}", *processes]
+    script = str(job.root / job.target)
+    if job.mode == ACCELERATE_LAUNCH:
+        launch = ["-m", "accelerate.commands.launch", "--tpu"]
+        # accelerate's TPU launcher calls the script's main() on every rank (without a config
+        # file `--main_training_function` defaults to None and the launch fails: a TypeError).
+        options = [f"--num_processes={slice.devices}", "--main_training_function=main"]
+        return [*run, *launch, *options, script]
+    return [*run, str(job.root / TRANSFORMERS_XLA_SPAWN), f"--num_cores={slice.devices}", script]
+
+
+def environment(timeout: float, report: Path, progress: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in _FOREIGN_ENV}
+    env.update(PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1", PYTHONFAULTHANDLER="1")
+    env.update(OFFLINE)
+    # A collective's wait includes the peers' first compiles; half the budget still reports a
+    # real hang, with every rank's stack, before the process is killed.
+    env.setdefault("XLASIM_TIMEOUT", f"{max(timeout / 2, 60):.0f}")
+    env["XLASIM_RUN_REPORT"] = str(report)
+    env[PROGRESS_ENV] = str(progress)
+    return env
