@@ -23,7 +23,8 @@ from .baseline import compare
 from .classify import Row, classify, crashed_test
 from .discovery import SUITES, Job, discover
 from .execution import Slice, execute
-from .table import failing, format_table, write_json
+from .runner_options import add_runner_options
+from .table import finish, print_progress
 
 DEFAULT_TIMEOUT_S = 600.0
 
@@ -31,33 +32,7 @@ DEFAULT_TIMEOUT_S = 600.0
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The `conformance` subcommand's options (the parser is built by `xlasim.cli`)."""
     parser.add_argument("test_dir", type=Path, help="the test/ directory of a pytorch/xla checkout")
-    parser.add_argument(
-        "--devices", type=int, metavar="N", default=8, help="emulated cores (default 8)"
-    )
-    parser.add_argument(
-        "--processes",
-        type=int,
-        metavar="P",
-        default=None,
-        help="worker processes holding the cores (default: xlasim's; 1: every core a thread)",
-    )
-    parser.add_argument(
-        "--timeout",
-        type=float,
-        metavar="SECONDS",
-        default=DEFAULT_TIMEOUT_S,
-        help=f"seconds each file may run before it is killed (default {DEFAULT_TIMEOUT_S:g})",
-    )
-    parser.add_argument(
-        "-k",
-        dest="select",
-        metavar="SUBSTRING",
-        default=None,
-        help="only files whose path contains SUBSTRING",
-    )
-    parser.add_argument(
-        "--json", type=Path, metavar="FILE", default=None, help="also write the rows to FILE"
-    )
+    add_runner_options(parser, timeout=DEFAULT_TIMEOUT_S)
     parser.add_argument(
         "--suite",
         choices=sorted(SUITES),
@@ -65,13 +40,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="which files: mp (replica-style: test_mp_*, torch_distributed/, ...), spmd "
         "(spmd/test_*.py), tpu (the other files with a TPU gate, each also run natively), all "
         "(default mp)",
-    )
-    parser.add_argument(
-        "--logs",
-        type=Path,
-        metavar="DIR",
-        default=None,
-        help="keep each run's output under DIR (default: none)",
     )
 
 
@@ -122,13 +90,9 @@ def run_conformance(options: argparse.Namespace) -> int:
         for number, job in enumerate(jobs, 1):
             print(f"[{number}/{len(jobs)}] {job.label} ...", file=sys.stderr, flush=True)
             found = run_job(job, slice, options.timeout, logs)
-            for row in found:
-                print(f"    {row.result}: {row.id}  {row.reason}", file=sys.stderr, flush=True)
+            print_progress(found)
             rows.extend(found)
-    print(format_table(rows))
-    if options.json:
-        write_json(options.json, rows)
-    return 1 if failing(rows) else 0
+    return finish(rows, options.json)
 
 
 __all__ = ["Row", "add_arguments", "run_conformance"]

@@ -67,6 +67,37 @@ class Outcome:
         return self.status is None
 
 
+@dataclass(frozen=True)
+class RunFiles:
+    """Where one run leaves its output, run report (script mode), junit file and progress file
+    (the ids of the tests that started), all in its working directory."""
+
+    workdir: Path
+
+    @property
+    def log(self) -> Path:
+        return self.workdir / "output.log"
+
+    @property
+    def report(self) -> Path:
+        return self.workdir / "run-report.json"
+
+    @property
+    def junit(self) -> Path:
+        return self.workdir / "junit.xml"
+
+    @property
+    def progress(self) -> Path:
+        return self.workdir / "started.txt"
+
+    def fresh(self) -> RunFiles:
+        """These files with the directory made and an earlier run's reports removed."""
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        for stale in (self.report, self.junit, self.progress):
+            stale.unlink(missing_ok=True)
+        return self
+
+
 def execute(
     job: Job, slice: Slice, timeout: float, workdir: Path, *, native: bool = False
 ) -> Outcome:
@@ -74,28 +105,30 @@ def execute(
     anything the test writes to its current directory lands, with its output and reports);
     `native`: instead without xlasim, on one CPU device, as torch_xla's CPU CI runs it (the
     baseline a `tpu` suite row is compared with)."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    log, report, junit = workdir / "output.log", workdir / "run-report.json", workdir / "junit.xml"
-    progress = workdir / "started.txt"
-    for stale in (report, junit, progress):
-        stale.unlink(missing_ok=True)
-    started = time.monotonic()
-    status = run_bounded(
-        native_command(job, junit) if native else command(job, slice, junit),
-        cwd=workdir,
-        env=environment(job, timeout, report, progress, native=native),
-        log=log,
+    files = RunFiles(workdir).fresh()
+    return run_recorded(
+        native_command(job, files.junit) if native else command(job, slice, files.junit),
+        env=environment(job, timeout, files.report, files.progress, native=native),
+        files=files,
         timeout=timeout,
     )
+
+
+def run_recorded(
+    command: list[str], *, env: dict[str, str], files: RunFiles, timeout: float
+) -> Outcome:
+    """Run `command` bounded by `timeout` seconds in `files.workdir`; what it left there."""
+    started = time.monotonic()
+    status = run_bounded(command, cwd=files.workdir, env=env, log=files.log, timeout=timeout)
     return Outcome(
         status=status,
         seconds=time.monotonic() - started,
         timeout=timeout,
-        output=log.read_text(encoding="utf-8", errors="replace"),
-        report=json.loads(report.read_text()) if report.exists() else None,
-        junit=junit if junit.exists() else None,
-        started=progress.read_text().splitlines() if progress.exists() else [],
-        log=log,
+        output=files.log.read_text(encoding="utf-8", errors="replace"),
+        report=json.loads(files.report.read_text()) if files.report.exists() else None,
+        junit=files.junit if files.junit.exists() else None,
+        started=files.progress.read_text().splitlines() if files.progress.exists() else [],
+        log=files.log,
     )
 
 

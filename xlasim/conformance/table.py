@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -57,3 +58,18 @@ def _cell(reason: str) -> str:
 
 def write_json(path: Path, rows: Sequence[Row]) -> None:
     path.write_text(json.dumps([dataclasses.asdict(row) for row in rows], indent=2) + "\n")
+
+
+def print_progress(rows: Sequence[Row]) -> None:
+    """One line per row on stderr as a run finishes (the table comes at the end)."""
+    for row in rows:
+        print(f"    {row.result}: {row.id}  {row.reason}", file=sys.stderr, flush=True)
+
+
+def finish(rows: Sequence[Row], json_path: Path | None) -> int:
+    """Print the table, write the rows to `json_path` if given; the exit status: 1 when a row
+    fails the gate, else 0."""
+    print(format_table(rows))
+    if json_path:
+        write_json(json_path, rows)
+    return 1 if failing(rows) else 0

@@ -22,7 +22,8 @@ from pathlib import Path
 
 from ..conformance.classify import Row
 from ..conformance.execution import Slice
-from ..conformance.table import failing, format_table, write_json
+from ..conformance.runner_options import add_runner_options
+from ..conformance.table import finish, print_progress
 from .classify import classify
 from .discovery import discover
 from .execution import execute
@@ -35,28 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "checkout", type=Path, help="an accelerate or transformers checkout (holding src/)"
     )
-    parser.add_argument("--devices", type=int, metavar="N", default=8, help="emulated cores")
-    parser.add_argument(
-        "--processes",
-        type=int,
-        metavar="P",
-        default=None,
-        help="worker processes holding the cores (default: xlasim's; 1: every core a thread)",
-    )
-    parser.add_argument(
-        "--timeout",
-        type=float,
-        metavar="SECONDS",
-        default=DEFAULT_TIMEOUT_S,
-        help=f"seconds each job may run (default {DEFAULT_TIMEOUT_S:g})",
-    )
-    parser.add_argument(
-        "-k", dest="select", metavar="SUBSTRING", default=None, help="only jobs containing it"
-    )
-    parser.add_argument("--json", type=Path, metavar="FILE", default=None, help="rows as JSON")
-    parser.add_argument(
-        "--logs", type=Path, metavar="DIR", default=None, help="keep every run's output under DIR"
-    )
+    add_runner_options(parser, timeout=DEFAULT_TIMEOUT_S, select="only jobs containing it")
 
 
 def run_huggingface(options: argparse.Namespace) -> int:
@@ -77,13 +57,9 @@ def run_huggingface(options: argparse.Namespace) -> int:
         for number, job in enumerate(jobs, 1):
             print(f"[{number}/{len(jobs)}] {job.id} ...", file=sys.stderr, flush=True)
             found = classify(job, execute(job, slice, options.timeout, logs / job.slug))
-            for row in found:
-                print(f"    {row.result}: {row.id}  {row.reason}", file=sys.stderr, flush=True)
+            print_progress(found)
             rows.extend(found)
-    print(format_table(rows))
-    if options.json:
-        write_json(options.json, rows)
-    return 1 if failing(rows) else 0
+    return finish(rows, options.json)
 
 
 __all__ = ["Row", "add_arguments", "run_huggingface"]

@@ -10,18 +10,17 @@ directory: what a script writes next to itself (`./examples`) stays out of the c
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-import time
 from pathlib import Path
 
 from ..conformance.execution import (
     _FOREIGN_ENV,
     Outcome,
+    RunFiles,
     Slice,
     probed_pytest_options,
-    run_bounded,
+    run_recorded,
 )
 from ..conformance.pytest_probe import PROGRESS_ENV
 from .discovery import ACCELERATE_LAUNCH, PYTEST, TRANSFORMERS_XLA_SPAWN, Job
@@ -34,28 +33,12 @@ OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFL
 def execute(job: Job, slice: Slice, timeout: float, workdir: Path) -> Outcome:
     """Run `job` on `slice`, bounded by `timeout` seconds; its output, junit file and run
     report go to `workdir`, which is also its working directory."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    log, junit, report = workdir / "output.log", workdir / "junit.xml", workdir / "run-report.json"
-    progress = workdir / "started.txt"
-    for stale in (junit, report, progress):
-        stale.unlink(missing_ok=True)
-    started = time.monotonic()
-    status = run_bounded(
-        command(job, slice, junit),
-        cwd=workdir,
-        env=environment(timeout, report, progress),
-        log=log,
+    files = RunFiles(workdir).fresh()
+    return run_recorded(
+        command(job, slice, files.junit),
+        env=environment(timeout, files.report, files.progress),
+        files=files,
         timeout=timeout,
-    )
-    return Outcome(
-        status=status,
-        seconds=time.monotonic() - started,
-        timeout=timeout,
-        output=log.read_text(encoding="utf-8", errors="replace"),
-        report=json.loads(report.read_text()) if report.exists() else None,
-        junit=junit if junit.exists() else None,
-        started=progress.read_text().splitlines() if progress.exists() else [],
-        log=log,
     )
 
 

@@ -27,7 +27,8 @@ import time
 from pathlib import Path
 
 from ..conformance.classify import Row
-from ..conformance.table import failing, format_table, write_json
+from ..conformance.runner_options import add_runner_options
+from ..conformance.table import finish, print_progress
 from .classify import classify, crashed_test
 from .discovery import SUITES, TestFile, discover, tests_dir
 from .execution import RECORD, Run, Slice, execute, load
@@ -40,35 +41,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "checkout", type=Path, nargs="?", help="a Lightning checkout (or its tests/ folder)"
     )
-    parser.add_argument("--devices", type=int, metavar="N", default=8, help="emulated cores")
-    parser.add_argument(
-        "--processes",
-        type=int,
-        metavar="P",
-        default=None,
-        help="worker processes holding the cores (default: xlasim's; 1: every core a thread)",
-    )
+    add_runner_options(parser, timeout=DEFAULT_TIMEOUT_S)
     parser.add_argument(
         "--topology",
         metavar="NAME",
         default=None,
         help="a named slice instead of --devices (see `xlasim topologies`), e.g. v4-8",
     )
-    parser.add_argument(
-        "--timeout",
-        type=float,
-        metavar="SECONDS",
-        default=DEFAULT_TIMEOUT_S,
-        help=f"seconds each pytest process may run (default {DEFAULT_TIMEOUT_S:g})",
-    )
     parser.add_argument("--suite", choices=sorted(SUITES), default="all", help="default: all")
-    parser.add_argument(
-        "-k", dest="select", metavar="SUBSTRING", default=None, help="only files containing it"
-    )
-    parser.add_argument("--json", type=Path, metavar="FILE", default=None, help="rows as JSON")
-    parser.add_argument(
-        "--logs", type=Path, metavar="DIR", default=None, help="keep every run's output under DIR"
-    )
     parser.add_argument(
         "--reclassify",
         type=Path,
@@ -108,8 +88,7 @@ def run_file(test_file: TestFile, slice: Slice, timeout: float, logs: Path) -> l
     for id in standalone:
         found, _ = run_until_done(Run(test_file.tests, id, standalone=True), slice, timeout, logs)
         rows.extend(found)
-    for row in rows:
-        print(f"    {row.result}: {row.id}  {row.reason}", file=sys.stderr, flush=True)
+    print_progress(rows)
     return rows
 
 
@@ -133,17 +112,12 @@ def reclassify(logs: Path) -> list[Row]:
     return rows
 
 
-def finish(rows: list[Row], options: argparse.Namespace) -> int:
-    print(format_table(rows))
-    if options.json:
-        write_json(options.json, rows)
-    return 1 if failing(rows) else 0
-
-
 def run_lightning(options: argparse.Namespace) -> int:
     """Run the TPU tests of a Lightning checkout, print the table; 1 if a row gates, else 0."""
     if options.reclassify:
-        return finish([row for logs in options.reclassify for row in reclassify(logs)], options)
+        return finish(
+            [row for logs in options.reclassify for row in reclassify(logs)], options.json
+        )
     if options.checkout is None:
         print("xlasim lightning: give a Lightning checkout (or --reclassify LOGS)", file=sys.stderr)
         return 2
@@ -163,7 +137,7 @@ def run_lightning(options: argparse.Namespace) -> int:
         for number, test_file in enumerate(files, 1):
             print(f"[{number}/{len(files)}] {test_file.rel} ...", file=sys.stderr, flush=True)
             rows.extend(run_file(test_file, slice, options.timeout, logs))
-    return finish(rows, options)
+    return finish(rows, options.json)
 
 
 __all__ = ["Row", "add_arguments", "run_lightning"]
