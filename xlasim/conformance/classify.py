@@ -25,7 +25,7 @@ from .expectations import (
     NEEDS_TPU,
     NO_COLLECTIVES,
 )
-from .pytest_probe import COLLECTIVES, LAUNCHES
+from .probe_names import COLLECTIVES, LAUNCHES
 from .reasons import (
     assertion_site,
     compact,

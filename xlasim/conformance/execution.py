@@ -23,7 +23,7 @@ from pathlib import Path
 
 from .discovery import PYTEST, TORCHRUN, Job
 from .expectations import FILE_ENV
-from .pytest_probe import PROGRESS_ENV
+from .probe_names import PROGRESS_ENV
 
 #: Variables of the caller that would pick another platform or slice than the one asked for.
 _FOREIGN_ENV = (

@@ -19,9 +19,7 @@ import pytest
 
 import xlasim
 
-LAUNCHES = "xlasim_launches"
-COLLECTIVES = "xlasim_collectives"
-PROGRESS_ENV = "XLASIM_CONFORMANCE_PROGRESS"
+from .probe_names import COLLECTIVES, LAUNCHES, PROGRESS_ENV
 
 
 def _counts() -> tuple[int, Counter[str]]:

@@ -22,7 +22,7 @@ from ..conformance.execution import (
     probed_pytest_options,
     run_recorded,
 )
-from ..conformance.pytest_probe import PROGRESS_ENV
+from ..conformance.probe_names import PROGRESS_ENV
 from .discovery import ACCELERATE_LAUNCH, PYTEST, TRANSFORMERS_XLA_SPAWN, Job
 
 #: Hugging Face's switches that keep every download from happening (huggingface_hub, datasets,

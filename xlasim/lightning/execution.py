@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..conformance.execution import _FOREIGN_ENV, Outcome, probed_pytest_options, run_bounded
-from ..conformance.pytest_probe import PROGRESS_ENV
+from ..conformance.probe_names import PROGRESS_ENV
 
 #: Lightning's switches (tests/tests_pytorch/conftest.py, tests/tests_fabric/conftest.py).
 TPU_TESTS_ENV = "PL_RUN_TPU_TESTS"
