@@ -13,11 +13,15 @@ collect_ignore = ["fake_checkout"]
 
 @pytest.fixture
 def emulated(request) -> None:
-    """Skip under the native backend: the test compares emulation with native torch_xla (or
-    runs emulated subprocesses of its own), so the emulated step is where it says something."""
+    """Skip under the native backend: on a CPU device native torch_xla reports device type
+    "CPU" (Hugging Face's TPU gates stay closed), and the tests that compare emulation with
+    native torch_xla, or run emulated subprocesses, say something only in emulated sessions."""
     config = request.config
     if config.pluginmanager.has_plugin("xlasim"):
         from xlasim.pytest_plugin.session import backend_key
 
         if config.stash.get(backend_key, "emulated") == "native":
-            pytest.skip("compares the emulated slice with native torch_xla: runs emulated")
+            pytest.skip(
+                "needs the emulated slice: natively on a CPU device Hugging Face's TPU gates stay "
+                "closed, and native torch_xla is what the emulated side is compared with"
+            )
