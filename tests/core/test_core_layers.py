@@ -34,7 +34,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("emulation", "races"),
     ("ranks", "machines"),
     ("__init__", "activation", "torchrun"),
-    ("pytest_plugin", "conformance", "lightning"),
+    ("pytest_plugin", "conformance", "lightning", "huggingface"),
     ("cli", "__main__"),
 ]
 #: The core: its files import each other in no circle (the plugin's layers have their own test,
