@@ -27,6 +27,10 @@ from fixtures.huggingface.tiny_trainer import train
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS, BATCH, SAVE = 4, 2, 2
+#: N cores against one device: the same sums in another order, so the comparison needs f32-like
+#: products. A TPU's default precision rounds every matmul operand to bf16 (xlasim computes as
+#: the TPU does, docs/tpu-arithmetic.md), which the order of the sums would then amplify.
+PRECISION = "highest"
 
 
 def _sees_the_slice() -> dict:
@@ -77,7 +81,9 @@ def test_trainer_trains_checkpoints_and_resumes(xla_world, tmp_path):
     never interrupted."""
     size = xla_world.size
     first = tmp_path / "run"
-    ranks = xla_world.run(train, str(first), steps=STEPS, batch=BATCH, save_steps=SAVE)
+    ranks = xla_world.run(
+        train, str(first), steps=STEPS, batch=BATCH, save_steps=SAVE, precision=PRECISION
+    )
     assert [r["rank"] for r in ranks] == list(range(size))
     assert {r["world"] for r in ranks} == {size}
     assert all(r["tied"] for r in ranks)
@@ -90,7 +96,9 @@ def test_trainer_trains_checkpoints_and_resumes(xla_world, tmp_path):
 
     # One device, N times the batch: the same samples per step (accelerate shards each global
     # batch across the ranks), the gradients' mean over ranks is the global batch's gradient.
-    (alone,) = xla_world.run_on(1, train, str(tmp_path / "alone"), steps=STEPS, batch=BATCH * size)
+    (alone,) = xla_world.run_on(
+        1, train, str(tmp_path / "alone"), steps=STEPS, batch=BATCH * size, precision=PRECISION
+    )
     assert alone["world"] == 1
     torch.testing.assert_close(torch.tensor(losses), torch.tensor(alone["losses"]))
     for name, value in ranks[0]["weights"].items():
@@ -105,12 +113,28 @@ def test_trainer_trains_checkpoints_and_resumes(xla_world, tmp_path):
         batch=BATCH,
         save_steps=SAVE,
         resume=str(resumed_dir / f"checkpoint-{SAVE}"),
+        precision=PRECISION,
     )
     assert all(r["tied"] for r in resumed)
     # The log history holds the checkpoint's steps, then those run after the resume.
     assert resumed[0]["losses"] == losses
     for name, value in ranks[0]["weights"].items():
         assert torch.equal(resumed[0]["weights"][name], value), name
+
+
+def _train_exactly(output_dir: str, **options) -> dict:
+    """`train` with the CPU's exact f32 matmuls (XLASIM_ARITHMETIC=exact, read at every op):
+    native torch_xla on a CPU ignores the TPU's precision, and this comparison is about what
+    else emulation changes (random streams, launch), not the arithmetic (tests/core covers it)."""
+    saved = os.environ.get("XLASIM_ARITHMETIC")
+    os.environ["XLASIM_ARITHMETIC"] = "exact"
+    try:
+        return train(output_dir, **options)
+    finally:
+        if saved is None:
+            del os.environ["XLASIM_ARITHMETIC"]
+        else:
+            os.environ["XLASIM_ARITHMETIC"] = saved
 
 
 def _native_losses(tmp_path: Path, dropout: float) -> list[float]:
@@ -158,6 +182,6 @@ def test_world_of_one_equals_native_torch_xla(xla_world, tmp_path, emulated, dro
     """A Trainer run on a world of 1 computes what native torch_xla computes on one device,
     loss for loss, bit for bit (random streams included when dropout is on)."""
     (emulated_run,) = xla_world.run_on(
-        1, train, str(tmp_path / "emulated"), steps=STEPS, batch=BATCH, dropout=dropout
+        1, _train_exactly, str(tmp_path / "emulated"), steps=STEPS, batch=BATCH, dropout=dropout
     )
     assert emulated_run["losses"] == _native_losses(tmp_path, dropout)
