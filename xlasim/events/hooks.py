@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import functools
 import inspect
+import itertools
 import math
 import os
 import sys
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from types import CodeType
 from typing import Any
 
 from . import model, recorder
@@ -81,7 +84,9 @@ def launch(rank: int) -> Iterator[None]:
     install()
     stream = tracer.open(rank)
     _local.stream = stream
-    begin = stream.begin(model.LAUNCH, **labels(rank))
+    found = labels(rank)
+    stream.world = found.get("world")
+    begin = stream.begin(model.LAUNCH, **found)
     try:
         yield
     finally:
@@ -137,33 +142,74 @@ def current_stream() -> recorder.RankStream | None:
 
 # ------------------------------------------------------------------------------ wrappers
 
+#: A recorded call's site: the user's frame's code and line, made into text when the stream is
+#: flushed (`_site_text`); None when no frame of the stack is the user's.
+Site = tuple[CodeType, int] | None
+#: What a wrapper keeps of a call (`freeze(stream, args, kwargs)`): hashable, no tensors (their
+#: dtype and shape); None when the call is not an event of interest.
+Freeze = Callable[[recorder.RankStream, tuple, dict[str, Any]], Any]
+#: What the event of a kept call says (`describe(stream, frozen, site)`: `,"key":value...`),
+#: made when the stream is flushed.
+Describe = Callable[[recorder.RankStream, Any, Site], str]
 
-def _outermost(kind: str, describe: Callable[..., dict[str, Any] | None]):
-    """A decorator: record `fn`'s calls as `kind` spans, described by `describe(stream, *args,
-    **kwargs)` (None: not an event of interest), unless a recorded call encloses it."""
+
+def _outermost(kind: str, freeze: Freeze, describe: Describe):
+    """A decorator: record `fn`'s calls as `kind` spans, unless a recorded call encloses them.
+
+    Recording a call costs what `freeze` keeps of it, the user's frame (a walk out of xlasim,
+    torch and torch_xla frames, usually none), a dictionary lookup (the same call from the
+    same line is held as the same number) and two events held by the rank's stream; what the
+    event says is made at flush. A function `typing_extensions.deprecated` wraps
+    (`xm.mark_step`) warns from here, at the user's line, as it would unwrapped."""
+    from ..reports.callsite import user_frame  # imports torch: not before a process records
+
+    #: Each distinct (frozen call, site) by number, and the number of each.
+    calls: dict[int, tuple[Any, Site]] = {}
+    numbers: dict[tuple[Any, Site], int] = {}
+    counter = itertools.count()
+
+    def render(stream: recorder.RankStream, number: int, unused: None) -> str:
+        return describe(stream, *calls[number])
+
+    begin_slot = recorder.slot(kind, model.BEGIN, render)
+    end_slot = recorder.slot(kind, model.END, recorder.render_end)
 
     def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        call, deprecation = _undeprecated(fn)
+
         @functools.wraps(fn)
         def traced(*args: Any, **kwargs: Any) -> Any:
+            if deprecation is not None:
+                warnings.warn(deprecation[0], deprecation[1], stacklevel=deprecation[2] + 1)
             if recorder.current() is None:  # off: the only cost, one global read
-                return fn(*args, **kwargs)
+                return call(*args, **kwargs)
+            local = _local
+            if getattr(local, "inside", False):
+                return call(*args, **kwargs)
             stream = current_stream()
-            if stream is None or getattr(_local, "inside", False):
-                return fn(*args, **kwargs)
-            fields = describe(stream, *args, **kwargs)
-            if fields is None:
-                return fn(*args, **kwargs)
-            _local.inside = True
-            begin = stream.begin(kind, **fields)
+            if stream is None:
+                return call(*args, **kwargs)
+            frozen = freeze(stream, args, kwargs)
+            if frozen is None:
+                return call(*args, **kwargs)
+            frame = user_frame(sys._getframe(1))
+            key = (frozen, None if frame is None else (frame.f_code, frame.f_lineno))
+            number = numbers.get(key)
+            if number is None:
+                number = next(counter)
+                calls[number] = key
+                numbers[key] = number
+            begin = stream.hold(begin_slot, number)
+            local.inside = True
             error = None
             try:
-                return fn(*args, **kwargs)
+                return call(*args, **kwargs)
             except BaseException as raised:
                 error = type(raised).__name__
                 raise
             finally:
-                _local.inside = False
-                stream.end(begin, kind, error=error)
+                local.inside = False
+                stream.hold(end_slot, begin, error)
 
         traced.__xlasim_traced__ = fn  # type: ignore[attr-defined]
         return traced
@@ -171,19 +217,46 @@ def _outermost(kind: str, describe: Callable[..., dict[str, Any] | None]):
     return wrap
 
 
-def _tensors(values: Any) -> list[Any]:
+def _undeprecated(fn: Callable[..., Any]) -> tuple[Callable[..., Any], tuple | None]:
+    """`fn` without `typing_extensions.deprecated`'s wrapper, and that wrapper's warning
+    (message, category, stacklevel); `fn` itself and None for any other function. Its wrapper
+    warns at the frame that called it, which under tracing is ours."""
+    code = getattr(fn, "__code__", None)
+    inner = getattr(fn, "__wrapped__", None)
+    if code is None or inner is None or not hasattr(fn, "__deprecated__"):
+        return fn, None
+    if os.path.basename(code.co_filename) not in ("typing_extensions.py", "warnings.py"):
+        return fn, None
+    cells = dict(zip(code.co_freevars, (c.cell_contents for c in fn.__closure__ or ())))
+    if not {"msg", "category", "stacklevel"} <= cells.keys():
+        return fn, None
+    return inner, (cells["msg"], cells["category"], cells["stacklevel"])
+
+
+#: How a tensor is kept in a frozen call: (TENSOR, dtype, shape).
+TENSOR = "<tensor>"
+#: A value a frozen call does not keep (callables, buffers, process groups once resolved).
+OPAQUE = "<opaque>"
+
+
+def _freezer() -> Callable[[Any], Any]:
+    """`freeze(value)`: a call's argument as a trace keeps it: scalars as they are, tensors as
+    their dtype and shape, lists and tuples as tuples of those, anything else OPAQUE."""
     import torch
 
-    if isinstance(values, torch.Tensor):
-        return [values]
-    if isinstance(values, (list, tuple)):
-        return [v for v in values if isinstance(v, torch.Tensor)]
-    return []
+    tensor = torch.Tensor
 
+    def freeze(value: Any) -> Any:
+        kind = type(value)
+        if value is None or kind is str or kind is int or kind is float or kind is bool:
+            return value
+        if kind is list or kind is tuple:
+            return tuple([freeze(v) for v in value])
+        if isinstance(value, tensor):
+            return (TENSOR, value.dtype, value.shape)
+        return OPAQUE
 
-#: A collective's description but its number, encoded once per distinct call (a training loop
-#: makes the same few calls over and over): what makes recording cheap enough to leave on.
-_described: dict[tuple, str] = {}
+    return freeze
 
 
 @functools.cache
@@ -197,12 +270,20 @@ def _parameter_names(fn: Callable[..., Any]) -> list[str]:
 
 def _bind(names: list[str], args: tuple, kwargs: dict[str, Any]) -> dict[str, Any]:
     """The arguments a call passed, by parameter name, in the signature's order (so the order
-    of keywords does not change a trace); a fraction of `Signature.bind`'s cost, which would
-    be most of a recorded collective's. Arguments the signature does not name are left out:
+    of keywords does not change a trace). Arguments the signature does not name are left out:
     the call itself says what is wrong with them."""
     given = dict(zip(names, args))
     given.update(kwargs)
     return {name: given[name] for name in names if name in given}
+
+
+def _tensor_specs(value: Any) -> list[tuple]:
+    """The (TENSOR, dtype, shape) entries of a frozen argument: itself, or those it lists."""
+    if type(value) is not tuple or not value:
+        return []
+    if value[0] is TENSOR:
+        return [value]
+    return [v for v in value if type(v) is tuple and v and v[0] is TENSOR]
 
 
 def _simple(value: Any) -> bool:
@@ -211,111 +292,127 @@ def _simple(value: Any) -> bool:
 
 _GROUP_ARGUMENTS = ("groups", "group", "pairs", "replicas", "ordinals")
 _SKIPPED_ARGUMENTS = ("output", "payload", "data", "reduce_fn", "async_op")
+GroupOf = Callable[[recorder.RankStream, str, Any], tuple[int, ...]]
 
 
-def _collective(op: str, fn: Callable[..., Any], group_of: Callable[[int, Any], list[int]]):
-    """What a collective call is: its op, the group the calling rank is in, its number in that
-    group, its scalar arguments (the signature ranks must agree on), its tensors and call site."""
+def _collective(op: str, fn: Callable[..., Any], group_of: GroupOf):
+    """What a collective call is: its op, the group the calling rank is in (resolved as it is
+    called: a process group may be gone by the flush), its number in that group (counted at
+    flush, in program order), its scalar arguments (the signature ranks must agree on), its
+    tensors and call site. Described once per distinct call: a training loop makes the same
+    few calls over and over."""
     names = _parameter_names(fn)
+    grouping = next((name for name in names if name in _GROUP_ARGUMENTS), None)
+    position = names.index(grouping) if grouping is not None else len(names)
+    freeze_value = _freezer()
+    described: dict[Any, tuple[tuple[int, ...], str]] = {}
 
-    def describe(stream: recorder.RankStream, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        bound = _bind(names, args, kwargs)
-        tensors, arguments, grouping = [], {}, ("groups", None)
-        for name, value in bound.items():
-            if name in _GROUP_ARGUMENTS:
-                grouping = (name, value)
-            elif name in _SKIPPED_ARGUMENTS:
+    def freeze(stream: recorder.RankStream, args: tuple, kwargs: dict[str, Any]) -> tuple:
+        given = kwargs.get(grouping, args[position] if position < len(args) else None)
+        group = group_of(stream, grouping or "groups", given)
+        frozen_kwargs = tuple([(k, freeze_value(v)) for k, v in kwargs.items()]) if kwargs else ()
+        return group, freeze_value(args), frozen_kwargs
+
+    def describe(stream: recorder.RankStream, frozen: tuple, site: Site) -> str:
+        key = (frozen, site)
+        found = described.get(key)
+        if found is None:
+            found = described[key] = fixed_fields(frozen, site)
+        group, fixed = found
+        return f',"seq":{stream.sequence(group)}{fixed}'
+
+    def fixed_fields(frozen: tuple, site: Site) -> tuple[tuple[int, ...], str]:
+        group, args, kwargs = frozen
+        tensors: list[tuple] = []
+        arguments: dict[str, Any] = {}
+        for name, value in _bind(names, args, dict(kwargs)).items():
+            if name in _GROUP_ARGUMENTS or name in _SKIPPED_ARGUMENTS:
                 continue
-            elif found := _tensors(value):
+            if found := _tensor_specs(value):
                 tensors += found
             elif _simple(value):
                 arguments[name] = value
-        group = tuple(group_of(stream.rank, *grouping))
-        shapes = tuple((t.dtype, tuple(t.shape)) for t in tensors)
-        key = (op, group, tuple(arguments.items()), shapes, _site())
-        fixed = _described.get(key)
-        if fixed is None:
-            fixed = _described[key] = recorder.encode(
-                {
-                    "op": op,
-                    "group": list(group),
-                    "arguments": arguments,
-                    "tensors": [[_dtype_name(dtype), list(shape)] for dtype, shape in shapes],
-                    "bytes": sum(math.prod(shape) * dtype.itemsize for dtype, shape in shapes),
-                    "site": key[-1],
-                }
-            )
-        return {"seq": stream.sequence(group), recorder.ENCODED: fixed}
+        fields = {
+            "op": op,
+            "group": list(group),
+            "arguments": arguments,
+            "tensors": [[_dtype_name(dtype), list(shape)] for _, dtype, shape in tensors],
+            "bytes": sum(math.prod(shape) * dtype.itemsize for _, dtype, shape in tensors),
+            "site": _site_text(site, len(sys.path)),
+        }
+        return group, recorder.encode(fields)
 
-    return _outermost(model.COLLECTIVE, describe)(fn)
+    return _outermost(model.COLLECTIVE, freeze, describe)(fn)
 
 
-def _site() -> str:
+@functools.lru_cache(maxsize=4096)
+def _site_text(site: Site, roots: int) -> str:
     """`path:LINE in function` of the user's call, its path relative to the import root it
-    was found under (`sys.path`): the same on every host's working directory, in every mode,
-    on a TPU VM's checkout and here."""
-    from ..reports.callsite import user_frame  # imports torch: not before a process records
-
-    frame = user_frame(sys._getframe(1))
-    if frame is None:
+    was found under (`sys.path`, of which the first `roots` entries: entries are added, as the
+    workers do, seldom replaced): the same on every host's working directory, in every mode, on
+    a TPU VM's checkout and here."""
+    if site is None:
         return "<unknown location>"
-    path = _importable(frame.f_code.co_filename, len(sys.path))
-    return f"{path}:{frame.f_lineno} in {frame.f_code.co_name}"
-
-
-@functools.lru_cache(maxsize=1024)
-def _importable(filename: str, roots: int) -> str:
-    """`filename` relative to the longest `sys.path` entry holding it (cached per file and
-    `roots`, the length of `sys.path`: entries are added, as the workers do, seldom replaced)."""
-    absolute = os.path.abspath(filename)
+    code, line = site
+    absolute = os.path.abspath(code.co_filename)
     found = [
         root
         for root in (os.path.abspath(r or os.curdir) for r in sys.path[:roots])
         if absolute.startswith(root.rstrip(os.sep) + os.sep)
     ]
-    return os.path.relpath(absolute, max(found, key=len)) if found else absolute
+    path = os.path.relpath(absolute, max(found, key=len)) if found else absolute
+    return f"{path}:{line} in {code.co_name}"
 
 
-def _world() -> int:
-    import torch_xla.runtime as xr
+def _world(stream: recorder.RankStream) -> int:
+    if stream.world is None:
+        import torch_xla.runtime as xr
 
-    return xr.world_size()
+        stream.world = xr.world_size()
+    return stream.world
 
 
-def _replica_group(rank: int, name: str, groups: Any) -> list[int]:
-    """The members of `rank`'s replica group, as XLA groups it: the group that holds the rank
-    (every rank when `groups` is empty), the ranks a permutation's `pairs` name, the listed
-    `replicas`/`ordinals` of a rendezvous."""
+def _replica_group(stream: recorder.RankStream, name: str, groups: Any) -> tuple[int, ...]:
+    """The members of the rank's replica group, as XLA groups it: the group that holds the
+    rank (every rank when `groups` is empty), the ranks a permutation's `pairs` name, the
+    listed `replicas`/`ordinals` of a rendezvous."""
     if name == "pairs":
-        return sorted({int(r) for pair in groups for r in pair})
+        return tuple(sorted({int(r) for pair in groups for r in pair}))
     if not groups:
-        return list(range(_world()))
+        return tuple(range(_world(stream)))
     if name in ("replicas", "ordinals"):
-        return [int(r) for r in groups]
+        return tuple(int(r) for r in groups)
     for group in groups:
-        if rank in group:
-            return [int(r) for r in group]
-    return []  # not in any group: the collective itself raises
+        if stream.rank in group:
+            return tuple(int(r) for r in group)
+    return ()  # not in any group: the collective itself raises
 
 
-def _point_to_point(rank: int, name: str, value: Any) -> list[int]:
+def _point_to_point(stream: recorder.RankStream, name: str, value: Any) -> tuple[int, ...]:
     """`xm.send`/`xm.recv` name a channel, not a peer: no group (and no flow in a trace)."""
-    return []
+    return ()
 
 
-def _process_group(rank: int, name: str, group: Any) -> list[int]:
+def _process_group(stream: recorder.RankStream, name: str, group: Any) -> tuple[int, ...]:
     import torch.distributed as dist
 
     if group is None:
-        return list(range(dist.get_world_size()))
-    return list(dist.get_process_group_ranks(group))
+        return tuple(range(dist.get_world_size()))
+    return tuple(dist.get_process_group_ranks(group))
 
 
 def _graph(op: str):
-    def describe(stream: recorder.RankStream, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        return {"op": op, "site": _site()}
+    def freeze(stream: recorder.RankStream, args: tuple, kwargs: dict[str, Any]) -> tuple:
+        return ()
 
-    return _outermost(model.GRAPH, describe)
+    @functools.lru_cache(maxsize=4096)
+    def fields(site: Site, roots: int) -> str:
+        return recorder.encode({"op": op, "site": _site_text(site, roots)})
+
+    def describe(stream: recorder.RankStream, frozen: tuple, site: Site) -> str:
+        return fields(site, len(sys.path))
+
+    return _outermost(model.GRAPH, freeze, describe)
 
 
 def _path_of(target: Any) -> str | None:
@@ -327,9 +424,11 @@ def _path_of(target: Any) -> str | None:
 
 
 def _checkpoint(op: str, fn: Callable[..., Any], path_argument: str):
+    """A checkpoint call: its op and the absolute path it reads or writes (made absolute as it
+    is called: the working directory may change by the flush)."""
     names = _parameter_names(fn)
 
-    def describe(stream: recorder.RankStream, *args: Any, **kwargs: Any) -> dict[str, Any] | None:
+    def freeze(stream: recorder.RankStream, args: tuple, kwargs: dict[str, Any]) -> str | None:
         bound = _bind(names, args, kwargs)
         target = bound.get(path_argument)
         if target is None and "storage_writer" in bound:
@@ -337,11 +436,12 @@ def _checkpoint(op: str, fn: Callable[..., Any], path_argument: str):
         if target is None and "storage_reader" in bound:
             target = getattr(bound["storage_reader"], "path", None)
         path = _path_of(target)
-        if path is None:
-            return None
-        return {"op": op, "path": os.path.abspath(path), "site": _site()}
+        return None if path is None else os.path.abspath(path)
 
-    return _outermost(model.CHECKPOINT, describe)(fn)
+    def describe(stream: recorder.RankStream, path: str, site: Site) -> str:
+        return recorder.encode({"op": op, "path": path, "site": _site_text(site, len(sys.path))})
+
+    return _outermost(model.CHECKPOINT, freeze, describe)(fn)
 
 
 def _targets() -> list[tuple[Any, str, Callable[[Callable[..., Any]], Callable[..., Any]]]]:
