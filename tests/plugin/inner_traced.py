@@ -1,5 +1,7 @@
 """Inner tests for test_plugin_trace.py: one program, traced emulated and natively (one device)."""
 
+import threading
+
 import pytest
 import torch
 import torch_xla
@@ -23,3 +25,11 @@ def test_program(xla_rank, tmp_path_factory):
 def test_fails(xla_rank):
     xm.all_reduce(xm.REDUCE_SUM, torch.ones(2, device=torch_xla.device()))
     assert xla_rank.rank == 99
+
+
+@pytest.mark.xla(timeout=4)
+def test_hangs(xla_rank):
+    """Recorded, then stuck for good: natively the worker is killed after its events are
+    written out; emulated the rank thread is abandoned and its events read in memory."""
+    xm.all_reduce(xm.REDUCE_SUM, torch.ones(2, device=torch_xla.device()))
+    threading.Event().wait()

@@ -2,7 +2,9 @@
 
 The same inner file runs on one emulated core and on the native backend with one CPU device
 (the real xmp.spawn and torch_xla's own collectives, as on a TPU VM): the events come from the
-same wrappers over different implementations, and the canonical texts must be equal.
+same wrappers over different implementations, and the canonical texts must be equal. One test
+hangs after a collective: natively its worker is killed, and the trace still holds what it did
+(the worker writes its events out on the flush signal first).
 """
 
 from pathlib import Path
@@ -17,7 +19,11 @@ def test_emulated_and_native_traces_agree(run_inner, pytester, monkeypatch) -> N
         result, got = run_inner(
             "inner_traced.py", f"--xla-backend={backend}", "--xla-devices=1", f"--xla-trace={root}"
         )
-        assert got == {"test_program": "PASSED", "test_fails": "FAILED"}, result.stdout.str()
+        assert got == {
+            "test_program": "PASSED",
+            "test_fails": "FAILED",
+            "test_hangs": "FAILED",
+        }, result.stdout.str()
         # The failing test's report names its files.
         result.stdout.fnmatch_lines(
             [
@@ -27,9 +33,11 @@ def test_emulated_and_native_traces_agree(run_inner, pytester, monkeypatch) -> N
         )
         traces[backend] = {
             test: (root / f"test_inner.py_{test}" / "collectives.txt").read_text()
-            for test in ("test_program", "test_fails")
+            for test in ("test_program", "test_fails", "test_hangs")
         }
     assert traces["emulated"] == traces["native"]
+    hung = traces["native"]["test_hangs"].splitlines()
+    assert [line.split(" | ")[1].split(" #")[0] for line in hung[2:]] == ["all_reduce"], hung
     program = traces["native"]["test_program"].splitlines()
     assert [line.split(" | ")[1].split(" #")[0] for line in program[2:]] == [
         "all_reduce",

@@ -29,11 +29,12 @@ from typing import Any
 import pytest
 
 from ..base.errors import CollectiveTimeoutError, XlasimError
+from ..events import flushing
 from ..reports.frames import PACKAGE_DIR
 from ..reports.rank_outcome import RankOutcome
 from ..traces import session as traces
 from .hardware import local_devices, platform
-from .native_worker import STACK_SIGNAL, serve
+from .native_worker import FLUSH_CHANNEL, STACK_SIGNAL, serve
 from .remote import FailureStyle, pack
 from .session_counts import SessionCounts
 from .settings import Settings
@@ -54,6 +55,8 @@ class _Workers:
         self._listener = Listener(family="AF_UNIX", authkey=authkey)
         self.conns: dict[int, Connection] = {}
         self.pids: dict[int, int] = {}
+        #: Each worker process's connection for flushing its recorded events.
+        self.flush_conns: list[Connection] = []
         self.spawn_error: BaseException | None = None
         args = (self._listener.address, authkey, self.stack_dir)
         threading.Thread(target=self._spawn, args=(args,), daemon=True).start()
@@ -82,7 +85,10 @@ class _Workers:
             while len(self.conns) < self.size:
                 conn = self._listener.accept()
                 index, pid = conn.recv()
-                self.conns[index], self.pids[index] = conn, pid
+                if index == FLUSH_CHANNEL:  # a process's, before its ranks'
+                    self.flush_conns.append(conn)
+                else:
+                    self.conns[index], self.pids[index] = conn, pid
         except OSError:
             return  # listener closed: spawn failed or start timed out
 
@@ -96,7 +102,7 @@ class _Workers:
     def kill(self) -> None:
         for pid in self.pids.values():
             _signal(pid, signal.SIGKILL)
-        for conn in self.conns.values():
+        for conn in [*self.conns.values(), *self.flush_conns]:
             conn.close()
         self._listener.close()
 
@@ -104,6 +110,8 @@ class _Workers:
         for conn in self.conns.values():
             with contextlib.suppress(OSError):
                 conn.send(None)
+        for conn in self.flush_conns:
+            conn.close()
         self._listener.close()
 
 
@@ -218,6 +226,7 @@ class NativeExecutor:
         return [replies[rank] for rank in range(size)]
 
     def _restart_after(self, workers: _Workers, late: list[int], timeout: float) -> None:
+        flushing.request(workers.flush_conns)  # what hung ranks recorded, before the kill
         stacks = workers.stacks()
         workers.kill()
         self._workers = None

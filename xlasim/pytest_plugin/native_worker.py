@@ -18,21 +18,28 @@ import sys
 from multiprocessing.connection import Client
 from pathlib import Path
 
-from ..events import hooks
+from ..events import flushing, hooks
 from ..reports import rank_outcome, rank_output, xla_counters
 from ..reports.rank_outcome import Collect, RankOutcome
 from . import remote, remote_rank
 
 STACK_SIGNAL = signal.SIGUSR1
+#: What a process's flush connection says first (a rank's says its index and pid).
+FLUSH_CHANNEL = "flush channel"
 _stacks_file = None
 
 
-def _setup_process(stack_dir: str) -> None:
-    """Once per process: stacks on request, and output captured per serving thread."""
+def _setup_process(address: str, authkey: bytes, stack_dir: str) -> None:
+    """Once per process, before its ranks connect: stacks on request (a signal), recorded
+    events written out on request (its own connection: a hung rank's thread reads nothing),
+    and output captured per serving thread."""
     global _stacks_file
     if _stacks_file is None:
         _stacks_file = open(Path(stack_dir) / f"{os.getpid()}.txt", "w")  # noqa: SIM115 (lives as long as the process)
         faulthandler.register(STACK_SIGNAL, file=_stacks_file, all_threads=True)
+        flush_conn = Client(address, authkey=authkey)
+        flush_conn.send((FLUSH_CHANNEL, os.getpid()))
+        flushing.serve(flush_conn)
     rank_output.install()
 
 
@@ -52,7 +59,7 @@ def _run_job(
 def serve(index: int, address: str, authkey: bytes, stack_dir: str) -> None:
     """The function `xmp.spawn` runs on every rank: serve jobs until the parent says stop."""
     with remote_rank.process_lock:
-        _setup_process(stack_dir)
+        _setup_process(address, authkey, stack_dir)
     with Client(address, authkey=authkey) as conn:
         conn.send((index, os.getpid()))
         while (job := conn.recv()) is not None:
