@@ -57,6 +57,7 @@ def test_spmd_any_size():
     n = xr.global_runtime_device_count()
     assert xr.is_spmd() and 8 % n == 0
     sharded_matmul(xs.Mesh(np.arange(n), (n,), ("data",)))
+    torch_xla.sync()  # a graph execution, in the trace under --xla-trace
 
 
 @settings(max_examples=3, deadline=None)
@@ -104,6 +105,7 @@ def test_spmd_crashes():
 
 @pytest.mark.xla(spmd=True, timeout=5)
 def test_spmd_hangs():
+    torch_xla.sync()  # recorded before the hang: the trace still holds it
     time.sleep(600)
 
 

@@ -7,7 +7,11 @@ asking fails with an error naming the marker; a failure, a crash and a hang of a
 are reported as such, and the next SPMD test gets a fresh worker.
 """
 
+from pathlib import Path
+
 import pytest
+
+from xlasim.events import model
 
 EMULATED = {
     "test_replica_first": "PASSED",
@@ -41,11 +45,18 @@ REPORTS = [
 ]
 
 
-def test_emulated_slice(run_inner) -> None:
-    result, got = run_inner("inner_spmd.py", "--xla-devices=8")
+def test_emulated_slice(run_inner, pytester) -> None:
+    root = Path(pytester.path) / "traces"
+    result, got = run_inner("inner_spmd.py", "--xla-devices=8", f"--xla-trace={root}")
     assert got == EMULATED, result.stdout.str()
     result.stdout.fnmatch_lines([REFUSED, IN_RANK], consecutive=False)
     result.stdout.fnmatch_lines(REPORTS, consecutive=False)
+    for test, ended in (("test_spmd_any_size", True), ("test_spmd_hangs", False)):
+        directory = root / f"test_inner.py_{test}"
+        assert (directory / "trace.json").exists(), test
+        [events] = model.read_ranks(directory).values()
+        spans = [(s.kind, s.fields.get("op"), s.end is not None) for s in model.spans(events)]
+        assert spans == [("launch", None, ended), ("graph", "torch_xla.sync", True)], test
 
 
 def test_xdist(run_inner) -> None:

@@ -185,19 +185,26 @@ def run_ranks(
         )
 
     schedules = config.getoption("xla_schedules", None)
-    with _traced(config, item) as directory:
+    with traced(config, item) as directory:
         outcomes = _explored(run, schedules, item) if schedules else run()
     if not live:
         replay_output(outcomes)
+    name_trace(item, directory, outcomes)
+    return outcomes
+
+
+def name_trace(
+    item: pytest.Item | None, directory: Path | None, outcomes: list[RankOutcome]
+) -> None:
+    """A failed test's report names the trace its ranks recorded, if they did."""
     if directory is not None and item is not None and any(o.raised for o in outcomes):
         plot = directory / PLOT_FILE
         files = TraceFiles(directory, plot if plot.exists() else None)
         item.add_report_section("call", "xlasim trace", files.describe())
-    return outcomes
 
 
 @contextmanager
-def _traced(config: pytest.Config, item: pytest.Item | None) -> Iterator[Path | None]:
+def traced(config: pytest.Config, item: pytest.Item | None) -> Iterator[Path | None]:
     """With `--xla-trace=DIR`, the ranks record into a directory of the test's own, named by
     its id (`XLASIM_TRACE` set while they run; docs/tracing.md)."""
     root = config.getoption("xla_trace", None)

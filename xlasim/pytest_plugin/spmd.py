@@ -9,6 +9,10 @@ a test that crashes the worker or outlives its timeout gets a failure naming tha
 SPMD test gets a fresh worker. Everywhere else in an emulated session `xr.use_spmd()` fails with
 an error naming the marker (`xlasim.spmd`).
 
+Under `--xla-trace=DIR` the worker records what the runtime lets a program see of an SPMD world:
+one process (rank 0, its labels as the runtime answers them), its graph executions and
+checkpoints; the collectives are the compiler's, inside the graphs (docs/tracing.md).
+
 The `xla_mesh` fixture is the 1-D mesh over the SPMD world's devices (`xs.get_1d_mesh("data")`),
 built in the worker. Fixture values are resolved in the parent and pickled to the worker, as for
 per-rank tests in worker processes; a mesh can only be built where SPMD is on, so `xla_mesh` is
@@ -23,8 +27,9 @@ from typing import Any
 
 import pytest
 
+from ..traces import session as traces
 from .outcomes import settle
-from .session import executor
+from .session import executor, name_trace, traced
 from .spmd_workers import FunctionReference, MeshPlaceholder, wants_spmd, workers
 from .world_sizes import world_size
 
@@ -37,7 +42,12 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
         return None
     fn = FunctionReference.of(pyfuncitem)
     kwargs = {arg: pyfuncitem.funcargs[arg] for arg in pyfuncitem._fixtureinfo.argnames}
-    outcome = workers(pyfuncitem.config).run(pyfuncitem, fn, kwargs, world_size(pyfuncitem))
+    with traced(pyfuncitem.config, pyfuncitem) as directory, traces.launch() as launch:
+        outcome = workers(pyfuncitem.config).run(
+            pyfuncitem, fn, kwargs, world_size(pyfuncitem), launch.directory
+        )
+        launch.failed = outcome.raised
+    name_trace(pyfuncitem, directory, [outcome])
     for text, stream in ((outcome.stdout, sys.stdout), (outcome.stderr, sys.stderr)):
         if text and pyfuncitem.config.getoption("capture") != "no":
             stream.write(text)

@@ -42,10 +42,13 @@ class SpmdSpec:
     hypothesis_profile: tuple[str, Any] | None = None
 
 
-def main(spec: SpmdSpec, control: Connection) -> None:
-    """Entry point: set the SPMD world up, say how many devices it has, then run jobs."""
+def main(spec: SpmdSpec, control: Connection, flush_control: Connection) -> None:
+    """Entry point: set the SPMD world up, say how many devices it has, then run jobs (each
+    recorded into the trace directory it comes with, if any; `flush_control` has what was
+    recorded written out while a test hangs)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the pytest process owns Ctrl-C
     from ..emulation import spmd
+    from ..events import flushing, hooks
     from ..ranks import launch_reset
     from ..reports import rank_output
 
@@ -61,6 +64,7 @@ def main(spec: SpmdSpec, control: Connection) -> None:
         settings.register_profile(name, chosen)
         settings.load_profile(name)
     rank_output.install()
+    flushing.serve(flush_control)
     control.send(("ready", spmd.start_world(spec.topology, spec.devices)))
     while True:
         try:
@@ -71,5 +75,6 @@ def main(spec: SpmdSpec, control: Connection) -> None:
             return
         job: remote.Job = message[1]
         collect: Collect = message[2]
+        hooks.follow(str(message[3]) if message[3] is not None else None)
         outcome = call(0, 1, remote_rank.run_job, (job,), {}, collect)
         control.send(outcome.portable())

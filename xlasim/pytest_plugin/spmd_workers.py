@@ -16,11 +16,13 @@ import signal
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from ..base.errors import XlasimError
+from ..events import flushing
 from ..reports.rank_outcome import Collect, RankOutcome
 from . import remote, remote_rank
 from .session import backend_key, executor
@@ -84,16 +86,23 @@ class _Worker:
         )
         self.devices = devices
         self.control, child = context.Pipe()
+        #: For writing out the events the worker recorded, even while its test hangs.
+        self.flush_control, flush_child = context.Pipe()
         self.process = context.Process(
-            target=main, name=f"xlasim-spmd-{devices}", daemon=True, args=(spec, child)
+            target=main,
+            name=f"xlasim-spmd-{devices}",
+            daemon=True,
+            args=(spec, child, flush_child),
         )
         with _main_left_alone():
             self.process.start()
         child.close()
+        flush_child.close()
         self._wait_ready()
 
     def _receive(self, seconds: float, doing: str) -> Any:
         if not self.control.poll(seconds):
+            flushing.request([self.flush_control])  # what the test recorded, before the kill
             self.stop()
             raise SpmdWorkerError(
                 f"the SPMD worker (pid {self.process.pid}, {self.devices} devices) did not finish "
@@ -117,8 +126,10 @@ class _Worker:
                 f"the SPMD worker's runtime has {found} devices, not the {self.devices} asked for"
             )
 
-    def run(self, job: remote.Job, collect: Collect, timeout: float, name: str) -> RankOutcome:
-        self.control.send(("job", job, collect))
+    def run(
+        self, job: remote.Job, collect: Collect, timeout: float, name: str, trace: Path | None
+    ) -> RankOutcome:
+        self.control.send(("job", job, collect, trace))
         return self._receive(timeout, f"running {name}")
 
     @property
@@ -130,6 +141,7 @@ class _Worker:
             self.process.kill()
         self.process.join(5)
         self.control.close()
+        self.flush_control.close()
 
 
 class SpmdWorkers:
@@ -154,9 +166,10 @@ class SpmdWorkers:
         fn: Callable[..., Any] | FunctionReference,
         kwargs: dict[str, Any],
         devices: int,
+        trace: Path | None = None,
     ) -> RankOutcome:
-        """Run `fn(**kwargs)` for `item` in the SPMD world of `devices`; a dead or stopped
-        worker is replaced before the next test."""
+        """Run `fn(**kwargs)` for `item` in the SPMD world of `devices`, recording into
+        `trace` when given; a dead or stopped worker is replaced before the next test."""
         worker = self._workers.get(devices)
         if worker is None or not worker.alive:
             worker = self._workers[devices] = _Worker(devices, self._identity_of(devices))
@@ -171,7 +184,7 @@ class SpmdWorkers:
         live = item.config.getoption("capture") == "no"
         render = functools.partial(remote_rank.render_failure, style)
         collect = Collect(output=True, tee=live, render=render)
-        return worker.run(job, collect, timeout_for(item), item.nodeid)
+        return worker.run(job, collect, timeout_for(item), item.nodeid, trace)
 
     def close(self) -> None:
         for worker in self._workers.values():
