@@ -78,7 +78,8 @@ class Target:
 
 
 def times(value: float) -> str:
-    return f"{value:.1f}x"
+    """A ratio: two decimals below 10 (targets such as 1.05x must not print as 1.1x)."""
+    return f"{value:.2f}x" if abs(value) < 10 else f"{value:.1f}x"
 
 
 def millis(value: float) -> str:
