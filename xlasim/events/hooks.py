@@ -186,7 +186,7 @@ def _outermost(kind: str, freeze: Freeze, describe: Describe):
             local = _local
             if getattr(local, "inside", False):
                 return call(*args, **kwargs)
-            stream = current_stream()
+            stream = getattr(local, "stream", None) or current_stream()
             if stream is None:
                 return call(*args, **kwargs)
             frozen = freeze(stream, args, kwargs)
