@@ -148,9 +148,10 @@ Site = tuple[CodeType, int] | None
 #: What a wrapper keeps of a call (`freeze(stream, args, kwargs)`): hashable, no tensors (their
 #: dtype and shape); None when the call is not an event of interest.
 Freeze = Callable[[recorder.RankStream, tuple, dict[str, Any]], Any]
-#: What the event of a kept call says (`describe(stream, frozen, site)`: `,"key":value...`),
-#: made when the stream is flushed.
-Describe = Callable[[recorder.RankStream, Any, Site], str]
+#: What the event of a kept call says (`describe(frozen, site)`): the group it is numbered in
+#: (a collective's; None for others) and its fields (`,"key":value...`); made once per distinct
+#: call, when a stream holding it is first flushed.
+Describe = Callable[[Any, Site], tuple[tuple[int, ...] | None, str]]
 
 
 def _outermost(kind: str, freeze: Freeze, describe: Describe):
@@ -163,13 +164,20 @@ def _outermost(kind: str, freeze: Freeze, describe: Describe):
     (`xm.mark_step`) warns from here, at the user's line, as it would unwrapped."""
     from ..reports.callsite import user_frame  # imports torch: not before a process records
 
-    #: Each distinct (frozen call, site) by number, and the number of each.
+    #: Each distinct (frozen call, site) by number, the number of each, and its description.
     calls: dict[int, tuple[Any, Site]] = {}
-    numbers: dict[tuple[Any, Site], int] = {}
+    numbers: dict[tuple[Any, int | None, int], int] = {}
+    described: dict[int, tuple[tuple[int, ...] | None, str]] = {}
     counter = itertools.count()
 
     def render(stream: recorder.RankStream, number: int, unused: None) -> str:
-        return describe(stream, *calls[number])
+        found = described.get(number)
+        if found is None:
+            found = described[number] = describe(*calls[number])
+        group, fields = found
+        if group is None:
+            return fields
+        return f',"seq":{stream.sequence(group)}{fields}'
 
     begin_slot = recorder.slot(kind, model.BEGIN, render)
     end_slot = recorder.slot(kind, model.END, recorder.render_end)
@@ -193,11 +201,15 @@ def _outermost(kind: str, freeze: Freeze, describe: Describe):
             if frozen is None:
                 return call(*args, **kwargs)
             frame = user_frame(sys._getframe(1))
-            key = (frozen, None if frame is None else (frame.f_code, frame.f_lineno))
+            if frame is None:
+                key, site = (frozen, None, 0), None
+            else:  # by the code's id: hashing a code object reads all its instructions
+                code, line = frame.f_code, frame.f_lineno
+                key, site = (frozen, id(code), line), (code, line)
             number = numbers.get(key)
             if number is None:
                 number = next(counter)
-                calls[number] = key
+                calls[number] = (frozen, site)  # holds the code: its id stays unique
                 numbers[key] = number
             begin = stream.hold(begin_slot, number)
             local.inside = True
@@ -305,7 +317,6 @@ def _collective(op: str, fn: Callable[..., Any], group_of: GroupOf):
     grouping = next((name for name in names if name in _GROUP_ARGUMENTS), None)
     position = names.index(grouping) if grouping is not None else len(names)
     freeze_value = _freezer()
-    described: dict[Any, tuple[tuple[int, ...], str]] = {}
 
     def freeze(stream: recorder.RankStream, args: tuple, kwargs: dict[str, Any]) -> tuple:
         given = kwargs.get(grouping, args[position] if position < len(args) else None)
@@ -313,15 +324,7 @@ def _collective(op: str, fn: Callable[..., Any], group_of: GroupOf):
         frozen_kwargs = tuple([(k, freeze_value(v)) for k, v in kwargs.items()]) if kwargs else ()
         return group, freeze_value(args), frozen_kwargs
 
-    def describe(stream: recorder.RankStream, frozen: tuple, site: Site) -> str:
-        key = (frozen, site)
-        found = described.get(key)
-        if found is None:
-            found = described[key] = fixed_fields(frozen, site)
-        group, fixed = found
-        return f',"seq":{stream.sequence(group)}{fixed}'
-
-    def fixed_fields(frozen: tuple, site: Site) -> tuple[tuple[int, ...], str]:
+    def describe(frozen: tuple, site: Site) -> tuple[tuple[int, ...], str]:
         group, args, kwargs = frozen
         tensors: list[tuple] = []
         arguments: dict[str, Any] = {}
@@ -405,12 +408,8 @@ def _graph(op: str):
     def freeze(stream: recorder.RankStream, args: tuple, kwargs: dict[str, Any]) -> tuple:
         return ()
 
-    @functools.lru_cache(maxsize=4096)
-    def fields(site: Site, roots: int) -> str:
-        return recorder.encode({"op": op, "site": _site_text(site, roots)})
-
-    def describe(stream: recorder.RankStream, frozen: tuple, site: Site) -> str:
-        return fields(site, len(sys.path))
+    def describe(frozen: tuple, site: Site) -> tuple[None, str]:
+        return None, recorder.encode({"op": op, "site": _site_text(site, len(sys.path))})
 
     return _outermost(model.GRAPH, freeze, describe)
 
@@ -438,8 +437,9 @@ def _checkpoint(op: str, fn: Callable[..., Any], path_argument: str):
         path = _path_of(target)
         return None if path is None else os.path.abspath(path)
 
-    def describe(stream: recorder.RankStream, path: str, site: Site) -> str:
-        return recorder.encode({"op": op, "path": path, "site": _site_text(site, len(sys.path))})
+    def describe(path: str, site: Site) -> tuple[None, str]:
+        fields = {"op": op, "path": path, "site": _site_text(site, len(sys.path))}
+        return None, recorder.encode(fields)
 
     return _outermost(model.CHECKPOINT, freeze, describe)(fn)
 
