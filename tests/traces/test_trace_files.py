@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from fixtures import traced_programs
+from fixtures import race_catalogue, traced_programs
 from xlasim.base.errors import CollectiveTimeoutError
 from xlasim.events import model, recorder
+from xlasim.races import RaceError, detecting
 from xlasim.traces import canonical, plot, timeline
 
 
@@ -146,3 +147,23 @@ def test_an_event_stream_is_in_program_order_on_one_clock(record, isolated, tmp_
         assert [e.n for e in events] == list(range(len(events)))
         assert [e.t for e in events] == sorted(e.t for e in events), rank
         assert all(e.rank == rank for e in events)
+
+
+def test_a_race_under_tracing_names_its_trace_and_the_stream_has_the_file_events(
+    record, world, tmp_path
+):
+    """Race detection's file accesses are the stream's file events (docs/events.md)."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    directory = tmp_path / "trace"
+    with detecting(), pytest.raises(RaceError) as raised:
+        record(world, race_catalogue.read_before_write, (str(shared), False), directory)
+    assert f"{directory / 'trace.json'}" in str(raised.value)
+    files = [
+        (rank, e.fields["op"], e.fields["path"])
+        for rank, events in model.read_ranks(directory).items()
+        for e in events
+        if e.kind == model.FILE
+    ]
+    assert files and all(path.startswith(str(shared)) for _, _, path in files), files
+    assert {op for _, op, _ in files} >= {"read", "write"}, files

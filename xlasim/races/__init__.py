@@ -24,6 +24,7 @@ from .syncs import SyncLog
 
 if TYPE_CHECKING:
     from ..reports.rank_outcome import RankOutcome
+    from ..traces.session import TraceFiles
 
 
 def found(syncs: SyncLog, outcomes: Sequence[RankOutcome]) -> list[Race]:
@@ -42,6 +43,7 @@ def check(
     outcomes: Sequence[RankOutcome],
     rank_failure: Callable[[Sequence[RankOutcome]], BaseException],
     aborted: BaseException | None = None,
+    trace: TraceFiles | None = None,
 ) -> None:
     """Raise a `RaceError` naming every race of the launch, if any; what the launch raises
     otherwise becomes its cause. A rank that found no file another host wrote gets a note.
@@ -51,6 +53,7 @@ def check(
         outcomes: the ranks' outcomes.
         rank_failure: the error of a launch whose ranks raised, made from their outcomes.
         aborted: what aborted the launch, if anything did.
+        trace: the launch's trace files, when it was traced (the report names them).
     """
     if syncs is None:
         return
@@ -59,6 +62,8 @@ def check(
     if not seen:
         return
     message = describe(seen)
+    if trace is not None:
+        message += "\n" + trace.describe()
     failure = aborted or (rank_failure(outcomes) if any(o.raised for o in outcomes) else None)
     if failure is not None:
         message += f"\n(the launch also failed: {type(failure).__name__}: {failure})"

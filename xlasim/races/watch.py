@@ -24,6 +24,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from ..events import model
+from ..events.hooks import current_stream
 from ..reports.callsite import call_location, user_frame
 from .accesses import (
     ENSURE,
@@ -131,9 +133,12 @@ def _record(op: str, path: Any) -> None:
         return
     watched.quiet += 1  # finding the site audits (sys._getframe)
     try:
+        site = _site()
+        stream = current_stream()
+        if stream is not None:  # the launch is traced: the stream's file events (docs/events.md)
+            stream.instant(model.FILE, op=op, path=path, site=site)
         if watched.accesses is not None:
             order = len(watched.accesses)
-            site = _site()
             on_host = path[len(watched.root) :] if path.startswith(watched.root) else path
             access = Access(
                 watched.rank, op, path, site, watched.position, order, watched.host, on_host

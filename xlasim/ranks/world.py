@@ -153,7 +153,7 @@ class World:
                 self.collectives.update(run.completed)
             outcomes = self._outcomes(run)
             traced.failed = any(o.raised for o in outcomes)
-        races.check(run.syncs, outcomes, rank_failure)
+        races.check(run.syncs, outcomes, rank_failure, trace=traced.files)
         return outcomes
 
     def _supervise(self, run: Run, timeout: float) -> None:
