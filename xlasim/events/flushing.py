@@ -27,7 +27,12 @@ FLUSH, FLUSHED = "flush", "flushed"
 
 def serve(conn: Connection) -> None:
     """Flush this process's recorder whenever `conn` asks, from a daemon thread, until the
-    connection closes."""
+    connection closes.
+
+    Args:
+        conn: this process's end of its flush connection (the launching process holds the
+            other, for `request`).
+    """
     threading.Thread(target=_answer, args=(conn,), name="xlasim-event-flush", daemon=True).start()
 
 
@@ -42,7 +47,12 @@ def _answer(conn: Connection) -> None:
 
 def request(conns: list[Connection], grace: float = FLUSH_GRACE_S) -> None:
     """Have the processes behind `conns` write their events out; wait until each says it did,
-    at most `grace` seconds in all (a process already gone is skipped)."""
+    at most `grace` seconds in all (a process already gone is skipped).
+
+    Args:
+        conns: the launching process's ends of the processes' flush connections.
+        grace: the bound on the wait, in seconds.
+    """
     asked = []
     for conn in conns:
         with contextlib.suppress(OSError):

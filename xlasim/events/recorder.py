@@ -50,7 +50,13 @@ _registering = threading.Lock()
 
 def slot(kind: str, phase: str, render: Render) -> int:
     """The number of events of `kind` and `phase` whose fields `render` makes (registered the
-    first time it is asked for)."""
+    first time it is asked for).
+
+    Args:
+        kind: the events' kind (`model.COLLECTIVE`...).
+        phase: `model.BEGIN`, `model.END` or `model.INSTANT`.
+        render: what makes a held event's fields, at flush.
+    """
     key = (kind, phase, render)
     number = _slot_numbers.get(key)
     if number is None:
@@ -86,8 +92,14 @@ class RankStream:
 
     def hold(self, slot: int, a: Any, b: Any = None) -> int:
         """Record an event of `slot` now, its fields made at flush from `a` and `b`; returns
-        its number. Hold plain values (numbers, strings, None): they must not change after
-        the call, nor be containers the garbage collector tracks (see `_slots`)."""
+        its number.
+
+        Args:
+            slot: what the event is (`slot(kind, phase, render)`).
+            a: the renderer's first value; `b`: its second. Plain values (numbers, strings,
+                None): they must not change after the call, nor be containers the garbage
+                collector tracks (see `_slots`).
+        """
         number = next(self._numbers)
         self._held.append((number, time.monotonic_ns(), slot, a, b))
         if len(self._held) >= HELD_EVENTS:
