@@ -105,8 +105,10 @@ def demo() -> dict:
     fits: dict[tuple[bool, int], list[float]] = {}
     for round_ in range(DEMO_ROUNDS):
         for traced in (True, False):
-            _traced(f"{scratch}/trace-{round_}" if traced else None)
             for steps in (SHORT_FIT, LONG_FIT):
+                # A directory per fit: a launch's end rewrites the trace files from everything
+                # its directory holds, and the long fit must not pay for the short one's events.
+                _traced(f"{scratch}/trace-{round_}-{steps}" if traced else None)
                 fits.setdefault((traced, steps), []).append(
                     fit(f"{round_}-{traced}-{steps}", steps)
                 )
