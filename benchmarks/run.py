@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import arithmetic
+import pods
 import pytest_runs
 import races
 import spmd
@@ -268,6 +269,12 @@ def arguments() -> argparse.Namespace:
         "one exploration schedule of an 8-rank test (~10 min)",
     )
     parser.add_argument(
+        "--pods",
+        action="store_true",
+        help="also time a pod across namespaced machines: all_reduce against gloo between "
+        "them, memory per machine (issue 28; needs root, ~3 min)",
+    )
+    parser.add_argument(
         "--json", type=Path, metavar="PATH", help="write the records as a JSON list"
     )
     return parser.parse_args()
@@ -300,6 +307,8 @@ def main() -> None:
         records += suite_records(args.suite, notes, progress)
     if args.races:
         records += race_records(rounds, notes, progress)
+    if args.pods:
+        records += [complete(r) for r in pods.records(notes, progress)]
     records += [complete(r) for r in spmd.records(notes, progress)]
     records += [complete(r) for r in arithmetic.records(notes, progress)]
     finish(records, notes, progress, args.json)
@@ -318,7 +327,7 @@ def finish(
     verdicts = [v for v in judge_all(records) if issue is None or v["issue"] == issue]
     progress("done")
     print(render(records, verdicts, notes))
-    print("\n".join(spmd.lines(records) + arithmetic.lines(records)))
+    print("\n".join(spmd.lines(records) + arithmetic.lines(records) + pods.lines(records)))
     if path:
         path.write_text(json.dumps(records, indent=1) + "\n")
 

@@ -50,10 +50,26 @@ def pytest_configure(config):
         "portable: runs on the session's slice (marked xla or using xla_world/xla_rank) and "
         "adapts to its size; set by tests/conftest.py, select with -m portable",
     )
+    config.addinivalue_line(
+        "markers",
+        "slow: takes long (tests/faults' slow cells, tests/machines' pods); deselected unless "
+        "-m names it (`-m slow`), run by CI in steps of their own",
+    )
+
+
+def _deselect_slow(config, items) -> None:
+    """Slow tests run only when asked for (`-m slow`, or any `-m` expression naming it)."""
+    if "slow" in (config.option.markexpr or ""):
+        return
+    slow = [item for item in items if item.get_closest_marker("slow")]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if not item.get_closest_marker("slow")]
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m portable deselects
 def pytest_collection_modifyitems(config, items):
+    _deselect_slow(config, items)
     for item in items:
         if any(item.get_closest_marker(name) for name in SLICE_MARKERS) or any(
             name in item.fixturenames for name in SLICE_FIXTURES

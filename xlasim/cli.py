@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import runpy
+import secrets
 import sys
 from collections.abc import Sequence
 
@@ -89,6 +90,30 @@ def _parser() -> argparse.ArgumentParser:
         metavar="SEED",
         help="run under the schedule of this seed (replays a failure --schedules found)",
     )
+    pod = run.add_argument_group(
+        "pod", "a slice spread over several machines, each running this command (docs/pods.md)"
+    )
+    pod.add_argument("--machines", type=int, default=None, help="machines of the pod (default 1)")
+    pod.add_argument(
+        "--machine-rank", type=int, default=None, help="this machine's place, 0 to machines-1"
+    )
+    pod.add_argument(
+        "--rendezvous",
+        metavar="HOST:PORT",
+        default=None,
+        help="machine 0's address and a port: machine 0 listens there (on that address only)",
+    )
+    pod.add_argument(
+        "--token",
+        default=None,
+        help="the pod's secret, the same on every machine (default XLASIM_POD_TOKEN; machine 0 "
+        "makes and prints one when none is given)",
+    )
+    pod.add_argument(
+        "--machine-address",
+        default=None,
+        help="the address this machine's links bind to (default: the one routing to the rendezvous)",
+    )
     run.add_argument(
         "-m",
         dest="module",
@@ -138,6 +163,7 @@ def run_target(options: argparse.Namespace) -> int:
         hosts=options.hosts,
         topology=options.topology,
     )
+    _enter_pod(slice)
     target, args = options.target, options.args
     if options.torchrun:
         from . import torchrun
@@ -155,6 +181,18 @@ def run_target(options: argparse.Namespace) -> int:
         sys.path.insert(0, os.path.dirname(os.path.abspath(target)))
         runpy.run_path(target, run_name="__main__")
     return 0
+
+
+def _enter_pod(slice) -> None:
+    """On a machine of a pod, check the slice spreads over the machines and make this process
+    answer as the first host this machine holds (as the launching host of a TPU VM does)."""
+    from . import activation
+    from .machines.settings import from_environment
+
+    settings = from_environment()
+    if settings is not None:
+        settings.check(slice)
+        activation.move_to_host(settings.hosts_of(slice, settings.machine_rank).start)
 
 
 REPORT_ENV = "XLASIM_RUN_REPORT"
@@ -187,6 +225,30 @@ def _run_arguments(options: argparse.Namespace) -> list[str]:
     return [*arguments, options.target, *options.args]
 
 
+def _set_pod_environment(options: argparse.Namespace) -> None:
+    """The pod options, in the environment the world and worker processes read them from."""
+    from .machines import settings as pod
+
+    for value, name in (
+        (options.machines, pod.MACHINES_ENV),
+        (options.machine_rank, pod.MACHINE_RANK_ENV),
+        (options.rendezvous, pod.RENDEZVOUS_ENV),
+        (options.token, pod.TOKEN_ENV),
+        (options.machine_address, pod.ADDRESS_ENV),
+    ):
+        if value is not None:
+            os.environ[name] = str(value)
+    machines = int(os.environ.get(pod.MACHINES_ENV, "1"))
+    first = os.environ.get(pod.MACHINE_RANK_ENV, "0") == "0"
+    if machines > 1 and first and not os.environ.get(pod.TOKEN_ENV):
+        os.environ[pod.TOKEN_ENV] = secrets.token_hex(16)
+        print(
+            f"xlasim: the pod's token (give it to every other machine with --token): "
+            f"{os.environ[pod.TOKEN_ENV]}",
+            file=sys.stderr,
+        )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     options = _parser().parse_args(argv)
     if options.command == "topologies":
@@ -214,6 +276,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ[TRACE_ENV] = options.trace
     if options.timeout is not None:
         os.environ["XLASIM_TIMEOUT"] = str(options.timeout)
+    _set_pod_environment(options)
     if options.races:
         os.environ[races.RACES_ENV] = "1"
     if options.schedule is not None:

@@ -104,6 +104,8 @@ KNOWN_CIRCLES = [
         "xlasim.emulation.queries",
         "xlasim.emulation.spmd",
         "xlasim.emulation.xla_level",
+        # The world picks its ranks' kind as it picks ProcessRanks: a pod's machine's, lazily.
+        "xlasim.machines.ranks",
         "xlasim.ranks.launchers",
         "xlasim.ranks.processes",
         "xlasim.ranks.worker",

@@ -56,6 +56,24 @@ class WorldAbortedError(XlasimError):
         return (type(self), (name,))
 
 
+class PodJoinError(XlasimError):
+    """Machines could not form a pod: a wrong or missing token, a machine rank taken or out of
+    range, or machines that never joined within the bound (xlasim/machines, docs/pods.md)."""
+
+
+class MachineLostError(XlasimError):
+    """Another machine of the pod died, left, or failed during a run; names the machine, its
+    hosts and ranks, and what it said or how it went. `machine`: its machine rank, when one
+    machine is to blame."""
+
+    def __init__(self, message: str, machine: int | None = None):
+        super().__init__(message)
+        self.machine = machine
+
+    def __reduce__(self):
+        return (type(self), (str(self), self.machine))
+
+
 class RankExitError(XlasimError):
     """A rank that is a thread of the launching process (the threads mode) called `os._exit`
     or `os.abort`: on a TPU VM that ends the rank's own process; here it would end every

@@ -53,6 +53,8 @@ class Call:
 class _Slot:
     participants: tuple[int, ...]
     opened_at: float
+    #: The participants that meet here: all of them, but on a pod only this machine's.
+    expected: int
     arrivals: dict[int, tuple[Call, Any]] = field(default_factory=dict)
     complete: bool = False
     done: bool = False
@@ -64,6 +66,9 @@ class _Slot:
 
 
 RUNNING, WAITING, DONE, FAILED = "running", "waiting", "done", "failed"
+#: A rank another machine of a pod runs (xlasim/machines): met through `Run.machines`.
+REMOTE = "remote"
+ENDED = (DONE, FAILED, REMOTE)
 
 
 @dataclass
@@ -71,6 +76,27 @@ class _RankState:
     status: str = RUNNING
     call: Call | None = None
     satisfiable: Callable[[], bool] | None = None
+
+
+def mismatch(participants: Sequence[int], calls: dict[int, Any]) -> CollectiveMismatchError | None:
+    """The error of calls that met at one collective and do not all match (by `op` and
+    `signature`), each distinct call with its ranks; None when they match.
+
+    Args:
+        participants: the collective's ranks.
+        calls: the calls that arrived, by rank (anything with `op`, `signature`, `describe()`).
+    """
+    first = next(iter(calls.values()))
+    if all((c.op, c.signature) == (first.op, first.signature) for c in calls.values()):
+        return None
+    lines = "\n".join(
+        f"  {rank_span(ranks)}: {description}"
+        for description, ranks in hang_report.by_description(calls).items()
+    )
+    return CollectiveMismatchError(
+        f"ranks {list(participants)} met at the same collective with calls that do not match "
+        f"(on a TPU this hangs or corrupts data):\n{lines}"
+    )
 
 
 class RunObjects:
@@ -120,7 +146,21 @@ class Run(RunObjects):
         self.completed: Counter[str] = Counter()
         #: Every rank's synchronisations, when the run detects races.
         self.syncs = SyncLog(size) if collect.races else None
+        #: On a pod, where this machine's ranks meet the other machines' (`mark_remote`).
+        self.machines: Any = None
         super().__init__()
+
+    def here(self, participants: Sequence[int]) -> int:
+        """How many of `participants` run on this machine (all, unless on a pod)."""
+        return sum(self._states[r].status != REMOTE for r in participants)
+
+    def mark_remote(self, ranks: Sequence[int], machines: Any) -> None:
+        """Ranks that run on other machines of a pod: this run neither starts nor waits for
+        them; collectives with them complete through `machines.meet` (xlasim/machines)."""
+        self.machines = machines
+        for rank in ranks:
+            self._states[rank].status = REMOTE
+            self.outcomes[rank] = RankOutcome(rank, self.size)
 
     def store(self):
         """The torch.distributed store of this run's `xla://` rendezvous."""
@@ -144,11 +184,11 @@ class Run(RunObjects):
             self.cond.notify_all()
 
     def stopped(self) -> bool:
-        return all(state.status in (DONE, FAILED) for state in self._states)
+        return all(state.status in ENDED for state in self._states)
 
     def unfinished_ranks(self) -> list[int]:
         with self.cond:
-            return [r for r, s in enumerate(self._states) if s.status not in (DONE, FAILED)]
+            return [r for r, s in enumerate(self._states) if s.status not in ENDED]
 
     def abort(self, cause: BaseException) -> None:
         """Release every waiting rank; the first cause given wins."""
@@ -199,12 +239,13 @@ class Run(RunObjects):
             key = (participants, sequence)
             slot = self._slots.get(key)
             if slot is None:
-                slot = self._slots[key] = _Slot(participants, time.monotonic())
+                here = self.here(participants)
+                slot = self._slots[key] = _Slot(participants, time.monotonic(), here)
             slot.arrivals[rank] = (call, payload)
             tracer = recorder.current()
             if tracer is not None:
                 slot.arrived[rank] = time.monotonic_ns()
-            completing = len(slot.arrivals) == len(participants)
+            completing = len(slot.arrivals) == slot.expected
             if completing:
                 if tracer is not None:
                     tracer.meeting(participants, slot.arrived)
@@ -216,18 +257,23 @@ class Run(RunObjects):
                 self._check_progress()
                 self._wait(rank, lambda: slot.done, slot.opened_at)
         if completing:
-            self._complete(slot, combine)
+            self._complete(key, slot, combine)
         with self.cond:
             slot.taken += 1
-            if slot.taken == len(participants):
+            if slot.taken == slot.expected:
                 del self._slots[key]
         if slot.error is not None:
             raise slot.error
         return slot.result
 
-    def _complete(self, slot: _Slot, combine: Callable[[list[Any]], Any] | None) -> None:
-        payloads = [slot.arrivals[r][1] for r in slot.participants]
+    def _complete(
+        self, key: tuple, slot: _Slot, combine: Callable[[list[Any]], Any] | None
+    ) -> None:
         try:
+            arrivals = slot.arrivals
+            if slot.expected < len(slot.participants):  # the rest are on other machines
+                arrivals = self.machines.meet(self, key, arrivals)
+            payloads = [arrivals[r][1] for r in slot.participants]
             slot.result = combine(payloads) if combine is not None else payloads
         except Exception as error:
             slot.error = error
@@ -237,19 +283,10 @@ class Run(RunObjects):
 
     def _check_signatures(self, slot: _Slot) -> None:
         calls = {rank: call for rank, (call, _) in slot.arrivals.items()}
-        first = calls[slot.participants[0]]
-        if all((c.op, c.signature) == (first.op, first.signature) for c in calls.values()):
-            return
-        lines = "\n".join(
-            f"  {rank_span(ranks)}: {description}"
-            for description, ranks in hang_report.by_description(calls).items()
-        )
-        error = CollectiveMismatchError(
-            f"ranks {list(slot.participants)} met at the same collective with calls that do not "
-            f"match (on a TPU this hangs or corrupts data):\n{lines}"
-        )
-        self._abort(error)
-        raise WorldAbortedError(error) from error
+        error = mismatch(slot.participants, calls)
+        if error is not None:
+            self._abort(error)
+            raise WorldAbortedError(error) from error
 
     # ----------------------------------------------------------------- point to point
 
@@ -302,7 +339,7 @@ class Run(RunObjects):
         waiting = [r for r, s in enumerate(self._states) if s.status == WAITING]
         if not waiting or any(self._states[r].satisfiable() for r in waiting):
             return
-        running = [r for r, s in enumerate(self._states) if s.status == RUNNING]
+        running = [r for r, s in enumerate(self._states) if s.status in (RUNNING, REMOTE)]
         finished = [r for r, s in enumerate(self._states) if s.status in (DONE, FAILED)]
         stranded = self._stranded_slots(finished)
         if running and not stranded:
@@ -350,7 +387,7 @@ class Run(RunObjects):
         """Where every rank is, with Python stacks: the body of hang reports (`hang_report`)."""
         states = list(enumerate(self._states))
         return hang_report.describe_ranks(
-            running=[r for r, s in states if s.status == RUNNING],
+            running=[r for r, s in states if s.status in (RUNNING, REMOTE)],
             waiting={r: s.call for r, s in states if s.status == WAITING and s.call},
             finished=[r for r, s in states if s.status in (DONE, FAILED)],
             reporter=self.reporter,

@@ -112,7 +112,7 @@ class _Links:
         run = self._run(job)
         if kind == "gather":
             _, _, participants, call, combine = request
-            encoded = _encoding(combine, len(participants))
+            encoded = _encoding(combine, run.here(participants))
             return run.gather(rank, participants, call, payload, encoded)
         if kind == "send":
             _, _, channel, call = request
@@ -296,16 +296,27 @@ class ProcessRanks:
         self._lost: set[int] = set()
         self._links = _Links(self._lost.add)
         self._store = _loopback_store()
+        hosts = self.local_hosts()
         # The launching host works in the launching directory; every other host has its own.
-        self._host_roots: list[str | None] = [None] + [
-            tempfile.mkdtemp(prefix=f"xlasim-{os.getpid()}-host{h}-")
-            for h in range(1, topology.hosts)
-        ]
-        self._processes = [self._start(p) for p in range(topology.processes)]
-        for process in self._processes:
+        self._host_roots: dict[int, str | None] = {
+            h: None
+            if h == hosts.start
+            else tempfile.mkdtemp(prefix=f"xlasim-{os.getpid()}-host{h}-")
+            for h in hosts
+        }
+        per_host = topology.processes_per_host
+        local = range(hosts.start * per_host, hosts.stop * per_host)
+        #: This machine's worker processes, by process index.
+        self._processes = {p: self._start(p) for p in local}
+        for process in self._processes.values():
             process.wait_ready()
         self._jobs = itertools.count()
         self._job: int | None = None
+
+    def local_hosts(self) -> range:
+        """The emulated hosts this machine holds: all of them (a pod's machines hold a share,
+        xlasim/machines)."""
+        return range(self.topology.hosts)
 
     def _start(self, index: int) -> _Process:
         spec = worker.WorkerSpec(
@@ -322,10 +333,10 @@ class ProcessRanks:
         job = next(self._jobs)
         self._job = job
         self._links.open(job, run)
-        dead = [p.index for p in self._processes if not p.process.is_alive()]
+        dead = [p.index for p in self._processes.values() if not p.process.is_alive()]
         if dead:  # died between launches: start afresh rather than send it a job
             self.recover([self._processes[i].ranks.start for i in dead])
-        involved = [p for p in self._processes if p.ranks.start < len(jobs)]
+        involved = [p for p in self._processes.values() if p.ranks.start < len(jobs)]
         specs = {}
         for process in involved:
             mine = {r: jobs[r] for r in process.ranks if r < len(jobs)}
@@ -346,7 +357,7 @@ class ProcessRanks:
 
     def check(self, run: Run) -> None:
         """Abort the run when a worker process died under its ranks."""
-        for process in self._processes:
+        for process in self._processes.values():
             if process.ranks.start >= run.size:
                 continue  # not in this (sub-)world
             if process.process.is_alive() and process.process.pid not in self._lost:
@@ -376,7 +387,7 @@ class ProcessRanks:
     def flush_events(self) -> None:
         """Have every worker write out the events its ranks recorded (docs/events.md): ranks
         stuck in a failed run, before their processes are replaced."""
-        for process in self._processes:
+        for process in self._processes.values():
             process.ask("flush")
 
     def finished(self, run: Run) -> None:
@@ -386,7 +397,7 @@ class ProcessRanks:
     def recover(self, stuck: list[int]) -> None:
         """Processes with ranks still busy after an abort (or gone) are replaced by fresh ones,
         which start in the background: the next dispatch waits for them."""
-        gone = {p.index for p in self._processes if p.process.pid in self._lost}
+        gone = {p.index for p in self._processes.values() if p.process.pid in self._lost}
         for index in sorted({self.topology.process_of(r) for r in stuck} | gone):
             self._processes[index].stop()
             self._processes[index] = self._start(index)
@@ -394,16 +405,16 @@ class ProcessRanks:
     def close(self) -> list[int]:
         """Stop every worker process (terminated if it does not stop by itself)."""
         deadline = time.monotonic() + 5
-        for process in self._processes:
+        for process in self._processes.values():
             if process.process.is_alive():
                 with suppress(OSError):
                     process.send(("stop",))
-        for process in self._processes:
+        for process in self._processes.values():
             process.process.join(max(0.0, deadline - time.monotonic()))
             process.stop()
         self._links.shutdown()
         self._store = None  # closes its listening socket
-        for root in self._host_roots:
+        for root in self._host_roots.values():
             if root is not None:
                 shutil.rmtree(root, ignore_errors=True)
         return []

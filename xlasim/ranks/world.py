@@ -28,6 +28,7 @@ from ..base.errors import (
 )
 from ..base.topology import Topology
 from ..emulation.rendezvous import Run
+from ..machines import settings as pod
 from ..reports import rank_output
 from ..reports.hang_report import rank_span
 from ..reports.rank_outcome import RESULT_ONLY, Collect, RankOutcome
@@ -63,7 +64,11 @@ class World:
         self.collective_timeout = (
             default_collective_timeout() if collective_timeout is None else collective_timeout
         )
-        self._ranks = ThreadRanks(topology) if topology.threaded else _process_ranks(topology)
+        self._ranks = (
+            ThreadRanks(topology)
+            if topology.threaded and pod.from_environment() is None
+            else _process_ranks(topology, self.collective_timeout)
+        )
         self._lock = threading.Lock()
         #: Launches run on this world, and the collectives they completed, by op: how a caller
         #: tells a script that really exercised the slice from one that skipped its checks.
@@ -204,7 +209,12 @@ class World:
         return self._ranks.close()
 
 
-def _process_ranks(topology: Topology):
+def _process_ranks(topology: Topology, collective_timeout: float):
+    settings = pod.from_environment()
+    if settings is not None:  # this machine holds a share of a pod's hosts (docs/pods.md)
+        from ..machines.ranks import MachineRanks
+
+        return MachineRanks(topology, settings, collective_timeout)
     from .processes import ProcessRanks
 
     return ProcessRanks(topology)

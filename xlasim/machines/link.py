@@ -1,0 +1,185 @@
+"""A joined machine's links to the others: collectives' bytes through the gloo group, and
+failure notices and leaving through the rendezvous store.
+
+An exchange sends this machine's message to every peer machine of a collective and receives
+theirs: a header (a check of the collective's key, the length) and the bytes, each under a tag
+made from the key, so exchanges of collectives that complete in different orders on different
+machines never meet the wrong message. It runs on a thread of its own; the rank that waits for
+it is released by an abort of its run and bounded by the collective timeout.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections.abc import Callable
+from contextlib import suppress
+from datetime import timedelta
+
+import torch
+
+from ..base.errors import MachineLostError, WorldAbortedError, XlasimError
+from ..base.topology import Topology
+from .join import Joined
+
+#: How long machine 0 keeps the rendezvous up for machines still finishing, at exit.
+LEAVE_TIMEOUT_S = 30.0
+#: How often a waiting rank looks at its run's abort while machines exchange.
+POLL_S = 0.05
+
+
+class _PeerFailed(Exception):
+    def __init__(self, machine: int, cause: BaseException):
+        super().__init__(str(cause))
+        self.machine = machine
+        self.cause = cause
+
+
+class PodLink:
+    """This machine's side of the pod once joined."""
+
+    def __init__(self, joined: Joined, topology: Topology, collective_timeout: float):
+        self.settings = joined.settings
+        self.topology = topology
+        self.timeout = collective_timeout
+        self._store = joined.store
+        self._group = joined.group
+        #: Machines found gone (links broken, or silent past the bound): not waited for again.
+        self.lost: set[int] = set()
+
+    def describe(self, machine: int) -> str:
+        return self.settings.describe_machine(self.topology, machine)
+
+    def exchange(
+        self,
+        key: str,
+        message: bytes,
+        peers: list[int],
+        aborted: Callable[[], BaseException | None],
+    ) -> dict[int, bytes]:
+        """Send `message` to every machine in `peers` and return theirs, by machine.
+
+        Args:
+            key: the collective, the same text on every machine (launch, ranks, sequence).
+            message: this machine's ranks' calls and payloads (`wire.encode`).
+            peers: the other machines with ranks in the collective.
+            aborted: the run's abort cause, if any: a wait it ends raises `WorldAbortedError`.
+        """
+        result: dict[str, object] = {"waiting": peers[0]}
+        done = threading.Event()
+
+        def work() -> None:
+            try:
+                result["received"] = self._send_and_receive(key, message, peers, result)
+            except BaseException as error:  # reported by the waiting rank
+                result["error"] = error
+            finally:
+                done.set()
+
+        threading.Thread(target=work, name="xlasim-pod-exchange", daemon=True).start()
+        deadline = time.monotonic() + self.timeout
+        while not done.wait(POLL_S):
+            cause = aborted()
+            if cause is not None:
+                raise WorldAbortedError(cause)
+            if time.monotonic() > deadline:
+                silent: int = result["waiting"]  # type: ignore[assignment]
+                self.lost.add(silent)
+                raise MachineLostError(
+                    f"{self.describe(silent)} did not answer a collective within "
+                    f"{self.timeout:g} s (raise the bound with XLASIM_TIMEOUT)",
+                    silent,
+                )
+        error = result.get("error")
+        if isinstance(error, _PeerFailed):
+            self.lost.add(error.machine)
+            raise MachineLostError(
+                f"{self.describe(error.machine)} was lost during a collective: {error.cause}",
+                error.machine,
+            )
+        if error is not None:
+            raise error  # type: ignore[misc]
+        return result["received"]  # type: ignore[return-value]
+
+    def _send_and_receive(
+        self, key: str, message: bytes, peers: list[int], progress: dict
+    ) -> dict[int, bytes]:
+        digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
+        tag = int.from_bytes(digest[:4], "big") & 0x3FFFFFFE  # even: the body's tag is tag + 1
+        check = int.from_bytes(digest, "big", signed=True)
+        header = torch.tensor([check, len(message)], dtype=torch.int64)
+        body = torch.frombuffer(bytearray(message), dtype=torch.uint8)
+        bound = timedelta(seconds=self.timeout)
+        sends = []
+        for peer in peers:
+            sends.append((peer, self._group.send([header], peer, tag)))
+            sends.append((peer, self._group.send([body], peer, tag + 1)))
+        received = {}
+        for peer in peers:
+            progress["waiting"] = peer
+            try:
+                theirs = torch.empty(2, dtype=torch.int64)
+                self._group.recv([theirs], peer, tag).wait(bound)
+                if int(theirs[0]) != check:
+                    raise XlasimError(f"it sent another collective's header (not {key})")
+                raw = torch.empty(int(theirs[1]), dtype=torch.uint8)
+                self._group.recv([raw], peer, tag + 1).wait(bound)
+            except RuntimeError as error:
+                raise _PeerFailed(peer, error) from None
+            received[peer] = raw.numpy().tobytes()
+        for peer, send in sends:
+            try:
+                send.wait(bound)
+            except RuntimeError as error:
+                raise _PeerFailed(peer, error) from None
+        return received
+
+    # ------------------------------------------------------------- notices through the store
+
+    def publish_failure(self, launch: int, text: str) -> None:
+        """Tell the other machines this machine's share of launch `launch` failed, and why."""
+        # When the rendezvous is gone, the others see this machine's links break instead.
+        with suppress(RuntimeError):
+            self._store.set(self._failure_key(launch, self.settings.machine_rank), text)
+
+    def failures(self, launch: int) -> dict[int, str]:
+        """What other machines published about their failures in launch `launch`."""
+        found = {}
+        for machine in range(self.settings.machines):
+            if machine == self.settings.machine_rank:
+                continue
+            key = self._failure_key(launch, machine)
+            try:
+                if self._store.check([key]):
+                    found[machine] = self._store.get(key).decode(errors="replace")
+            except RuntimeError as error:
+                found[0] = f"its rendezvous is gone ({error})"
+        return found
+
+    def failed(self, machine: int, notice: str) -> MachineLostError:
+        """The error of a machine that published a failure (`notice`)."""
+        return MachineLostError(
+            f"{self.describe(machine)} failed during the run; this machine's ranks were "
+            f"released. It said: {notice}",
+            machine,
+        )
+
+    def leave(self) -> None:
+        """Say this machine is done; machine 0 keeps the rendezvous up until every machine has
+        said so (bounded), since the others' last notices go through it."""
+        me = self.settings.machine_rank
+        try:
+            self._store.set(f"pod/left/{me}", "1")
+            if me == 0:
+                others = [
+                    f"pod/left/{m}" for m in range(1, self.settings.machines) if m not in self.lost
+                ]
+                if others:
+                    self._store.wait(others, timedelta(seconds=LEAVE_TIMEOUT_S))
+        except RuntimeError:
+            pass  # a machine that never leaves cleanly was reported during the run
+
+    @staticmethod
+    def _failure_key(launch: int, machine: int) -> str:
+        return f"launch/{launch}/failed/{machine}"
