@@ -11,7 +11,8 @@ import types
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .activation import emulate, is_emulated, max_devices, world
+    from .activation import emulate, max_devices, world
+    from .base.emulated_slice import is_emulated
     from .base.errors import (
         CollectiveMismatchError,
         CollectiveTimeoutError,
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
 #: import torch until something is emulated.
 _EXPORTS = {
     "emulate": "activation",
-    "is_emulated": "activation",
+    "is_emulated": "base.emulated_slice",
     "max_devices": "activation",
     "world": "activation",
     "RankContext": "base.rank_context",

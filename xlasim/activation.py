@@ -7,18 +7,13 @@ says how to fix it rather than a world of the wrong size.
 
 from __future__ import annotations
 
-import atexit
 import os
 import sys
 from typing import TYPE_CHECKING
 
-from .base import rank_context
-from .base.errors import (
-    DeviceCountError,
-    RuntimeAlreadyStartedError,
-    XlasimError,
-    launch_inside_rank,
-)
+from .base import emulated_slice, rank_context
+from .base.emulated_slice import DEVICES_ENV
+from .base.errors import DeviceCountError, RuntimeAlreadyStartedError, XlasimError
 from .base.topology import Topology, preset
 from .emulation import patches
 from .tpu.arithmetic_choice import ARITHMETIC_ENV, check_arithmetic
@@ -26,7 +21,6 @@ from .tpu.arithmetic_choice import ARITHMETIC_ENV, check_arithmetic
 if TYPE_CHECKING:  # the world's modules import torch: not before the zygote has started
     from .ranks.world import World
 
-DEVICES_ENV = "XLASIM_DEVICES"
 PROCESSES_ENV = "XLASIM_PROCESSES"
 HOSTS_ENV = "XLASIM_HOSTS"
 TOPOLOGY_ENV = "XLASIM_TOPOLOGY"
@@ -38,11 +32,6 @@ TOPOLOGY_ENV = "XLASIM_TOPOLOGY"
 BYTES_PER_THREAD_CORE = 48 * 2**20
 BYTES_PER_PROCESS_CORE = 192 * 2**20
 HARD_MAX_DEVICES = 1024
-
-_topology: Topology | None = None
-_process_host = 0
-_in_worker = False
-_world: World | None = None
 
 
 def available_memory() -> int | None:
@@ -115,15 +104,15 @@ def emulate(
 
     Call before the first use of an XLA device. Calling again with the same slice is a no-op.
     """
-    global _topology
-    if _in_worker:  # the launching script, imported by a worker: its slice is the world's
-        return _topology
+    started = emulated_slice.current()
+    if emulated_slice.in_worker():  # the launching script, imported by a worker: its slice is
+        return started  # the world's
     if arithmetic is not None:  # in the environment: worker processes and jobs inherit it
         os.environ[ARITHMETIC_ENV] = check_arithmetic(arithmetic, "arithmetic")
     wanted = _requested_topology(devices, processes, hosts, topology)
-    if _topology is not None and wanted != _topology:
+    if started is not None and wanted != started:
         raise RuntimeAlreadyStartedError(
-            f"emulation already started as {_topology.describe()}, so it cannot become "
+            f"emulation already started as {started.describe()}, so it cannot become "
             f"{wanted.describe()}: the slice is chosen once per process, before the first launch "
             f"(by xlasim.emulate, {DEVICES_ENV}/{PROCESSES_ENV}, or the pytest/xlasim run options "
             "that called it first)"
@@ -145,9 +134,11 @@ def emulate(
         from .ranks.zygote import zygote
 
         zygote()  # first: its imports (seconds) overlap this process's own, which follow
-    _topology = wanted
-    patches.install()
-    return _topology
+    from .ranks import launchers  # its world imports torch: after the zygote started
+
+    emulated_slice.start(wanted)
+    patches.install(launchers.patches)
+    return wanted
 
 
 def _check_not_started(count: int) -> None:
@@ -191,74 +182,24 @@ def _whole(value: int | None, env: str) -> int | None:
         raise DeviceCountError(f"{env}={raw!r} is not a whole number") from None
 
 
-def enter_worker(topology: Topology, host: int) -> None:
-    """Mark this process as a worker of a multi-process world on emulated host `host` (its
-    ranks are its threads)."""
-    global _topology, _process_host, _in_worker
-    _topology = topology
-    _process_host = host
-    _in_worker = True
-
-
-def process_host() -> int:
-    """The emulated host this process belongs to (the launching process is on host 0)."""
-    return _process_host
-
-
-def move_to_host(host: int) -> int:
-    """Make this process answer as emulated host `host` (an SPMD world acting for one host of
-    its pod, `spmd.as_host`); returns the host it answered as before."""
-    global _process_host
-    previous, _process_host = _process_host, host
-    return previous
-
-
 def _choose_devices(count: int) -> None:
     os.environ["PJRT_DEVICE"] = "CPU"
     os.environ["CPU_NUM_DEVICES"] = str(count)
 
 
-def is_emulated() -> bool:
-    return _topology is not None
-
-
 def topology() -> Topology:
-    if _topology is None:
-        if os.environ.get(DEVICES_ENV) or os.environ.get(TOPOLOGY_ENV):
-            return emulate()
-        raise XlasimError(
-            f"emulation is not active: call xlasim.emulate(devices=N) or set {DEVICES_ENV}=N"
-        )
-    return _topology
+    """The emulated slice; when none is yet, the one the environment names (`XLASIM_DEVICES`,
+    `XLASIM_TOPOLOGY`), emulated now."""
+    started = emulated_slice.current()
+    if started is None and (os.environ.get(DEVICES_ENV) or os.environ.get(TOPOLOGY_ENV)):
+        return emulate()
+    return emulated_slice.topology()
 
 
 def world() -> World:
     """The warm world of emulated ranks, started on first use (and closed at exit)."""
-    global _world
-    rank = rank_context.current()
-    if rank is not None:  # before the worker check: a worker's rank is not its import
-        raise launch_inside_rank(rank.rank)
-    if _in_worker:
-        raise XlasimError(
-            "a launch from a worker process outside any rank: the launching script was imported "
-            "there to find the function to run, and it launches when imported. Put the launch "
-            'under `if __name__ == "__main__":` (xmp.spawn on a TPU VM needs that too).'
-        )
-    if _world is None or _world.topology != topology():
-        from .ranks.world import World
+    from .ranks import warm_world
 
-        if _world is None:
-            atexit.register(close_world)
-        _world = World(topology())
-    return _world
-
-
-def close_world() -> list[int]:
-    """Stop the world's ranks before the interpreter finalizes: a rank thread still inside
-    XLA's native code at that point would abort the process. Returns the ranks that could not
-    be stopped."""
-    global _world
-    if _world is None:
-        return []
-    stuck, _world = _world.close(), None
-    return stuck
+    if rank_context.current() is None and not emulated_slice.in_worker():
+        topology()  # the environment's slice, emulated now (no slice: the error says how)
+    return warm_world.world()

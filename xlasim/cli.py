@@ -201,9 +201,9 @@ REPORT_ENV = "XLASIM_RUN_REPORT"
 def write_run_report(path: str, status: int) -> None:
     """What the run did, for callers that must tell "passed" from "tested nothing" (the
     conformance runner): a script can exit 0 after skipping all of its checks."""
-    from . import activation
+    from .ranks import warm_world
 
-    world = activation._world  # not world(): a script that never launched must not start one
+    world = warm_world.started()  # not world(): a script that never launched must not start one
     report = {
         "status": status,
         "launches": world.launches if world is not None else 0,

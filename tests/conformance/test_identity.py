@@ -12,7 +12,8 @@ import torch_xla.core.xla_model as xm
 import torch_xla.runtime as xr
 from torch_xla._internal import tpu
 
-from xlasim.base.identity import GiB, Identity
+from xlasim.base.generations import GiB
+from xlasim.base.identity import Identity
 from xlasim.base.topology import PRESETS, Topology
 
 

@@ -51,9 +51,10 @@ HEAVY = ("torch", "torch_xla", "numpy")
 #: with `xlasim.emulate` or with the plugin.
 MUST_STAY_LAZY = {
     ("xlasim.activation", "torch_xla"),
-    ("xlasim.activation", "xlasim.ranks.world"),
+    ("xlasim.activation", "xlasim.ranks.launchers"),
+    ("xlasim.activation", "xlasim.ranks.warm_world"),
     ("xlasim.base.rank_context", "torch_xla"),
-    ("xlasim.emulation.patches", "torch_xla._internal"),
+    ("xlasim.cli", "xlasim.ranks.warm_world"),
     # Recording's wrappers: torch only once a launch is traced (docs/events.md).
     ("xlasim.events.hooks", "torch"),
     ("xlasim.events.hooks", "torch.distributed"),
@@ -62,7 +63,6 @@ MUST_STAY_LAZY = {
     ("xlasim.events.hooks", "torch_xla.runtime"),
     ("xlasim.events.hooks", "xlasim.reports.callsite"),
     ("xlasim.emulation.patches", "torch_xla.core.xla_model"),
-    ("xlasim.emulation.patches", "torch_xla.distributed.xla_multiprocessing"),
     ("xlasim.emulation.patches", "torch_xla.runtime"),
     ("xlasim.emulation.patches", "xlasim.emulation.collectives"),
     ("xlasim.emulation.patches", "xlasim.emulation.compiled"),
@@ -81,36 +81,11 @@ MUST_STAY_LAZY = {
 }
 
 
-#: What the move into layers found, being untied by the commits that follow it (issue 22): the
-#: process's emulation state is read from the entry point that installs the patches
-#: (`activation`), the patches install the launchers of the layer above, collectives and
-#: compiled import each other, topology checks its generation in identity's table.
-KNOWN_UPWARD = {
-    ("xlasim.emulation.compiled", "xlasim.activation"),
-    ("xlasim.emulation.patches", "xlasim.ranks.launchers"),
-    ("xlasim.emulation.queries", "xlasim.activation"),
-    ("xlasim.emulation.spmd", "xlasim.activation"),
-    ("xlasim.ranks.launchers", "xlasim.activation"),
-    ("xlasim.ranks.worker", "xlasim.activation"),
-}
+#: What the move into layers found, being untied by the commits that follow it (issue 22):
+#: collectives and compiled import each other.
+KNOWN_UPWARD: set[tuple[str, str]] = set()
 KNOWN_CIRCLES = [
-    ["xlasim.base.identity", "xlasim.base.topology"],
-    [
-        "xlasim.activation",
-        "xlasim.emulation.collectives",
-        "xlasim.emulation.compiled",
-        "xlasim.emulation.distributed",
-        "xlasim.emulation.patches",
-        "xlasim.emulation.queries",
-        "xlasim.emulation.spmd",
-        "xlasim.emulation.xla_level",
-        # The world picks its ranks' kind as it picks ProcessRanks: a pod's machine's, lazily.
-        "xlasim.machines.ranks",
-        "xlasim.ranks.launchers",
-        "xlasim.ranks.processes",
-        "xlasim.ranks.worker",
-        "xlasim.ranks.world",
-    ],
+    ["xlasim.emulation.collectives", "xlasim.emulation.compiled", "xlasim.emulation.xla_level"],
 ]
 
 

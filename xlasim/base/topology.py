@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .errors import DeviceCountError
+from .generations import GENERATIONS
 
 #: The TPU generation a slice claims to be unless told otherwise (see `identity.py`).
 DEFAULT_GENERATION = "v5e"
@@ -36,8 +37,6 @@ class Topology:
     slices: int = 1
 
     def __post_init__(self) -> None:
-        from .identity import GENERATIONS
-
         if self.processes is None:
             object.__setattr__(self, "processes", self.devices)
 

@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from ..base import rank_context
+from ..base import emulated_slice, rank_context
 from ..base.errors import XlasimError
 from . import collectives
 from .transfer import to_device, to_host
@@ -480,13 +480,12 @@ def patches() -> list[tuple[Any, str, Any]]:
     import torch_xla
     import torch_xla.core.dynamo_bridge as bridge
 
-    from .. import activation
     from . import xla_level
 
     # Each rank thread compiles its own graphs (dynamo guards on the device): limits per
     # function that hold for one TPU process must hold for every rank thread this process may
     # hold (the launching process can hold a threaded world of its host's cores).
-    ranks = activation.topology().cores_per_host
+    ranks = emulated_slice.topology().cores_per_host
     targets: list[tuple[Any, str, Any]] = [
         (registrations, "xlasim::collective", Registration(NAMESPACE, "DEF", "", define)),
         (

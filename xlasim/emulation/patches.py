@@ -8,11 +8,13 @@ Everything is patched at the module attribute real code looks up at call time
 
 from __future__ import annotations
 
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 from typing import Any
 
 _MISSING = object()
-_applied: list[tuple[Any, str, Any]] = []
+Patch = tuple[Any, str, Any]
+_applied: list[Patch] = []
+_more: tuple[Callable[[], list[Patch]], ...] = ()
 
 
 def _get(owner: Any, name: str) -> Any:
@@ -32,14 +34,11 @@ def _set(owner: Any, name: str, value: Any) -> None:
         setattr(owner, name, value)
 
 
-def _targets() -> list[tuple[Any, str, Any]]:
+def _targets() -> list[Patch]:
     import torch_xla.core.xla_model as xm
-    import torch_xla.distributed.xla_multiprocessing as xmp
     import torch_xla.runtime as xr
-    from torch_xla._internal import pjrt
 
     from ..compilation import turns
-    from ..ranks import launchers
     from ..reports import traced_counters
     from . import collectives, compiled, distributed, queries, seeding, spmd, world_of_one
 
@@ -86,12 +85,6 @@ def _targets() -> list[tuple[Any, str, Any]]:
                 world_of_one.or_world_of_one(emulated, getattr(xm, name), f"xm.{name}", cores),
             )
         )
-    targets += [
-        (xmp, "spawn", launchers.spawn),
-        (pjrt, "spawn", launchers.pjrt_spawn),
-        (pjrt, "run_multiprocess", launchers.run_multiprocess),
-        (pjrt, "spawn_threads", launchers.spawn_threads),
-    ]
     targets += distributed.patches()
     targets += seeding.patches()
     targets += compiled.patches()
@@ -101,13 +94,27 @@ def _targets() -> list[tuple[Any, str, Any]]:
     return targets
 
 
-def install() -> None:
-    """Apply every patch once; a second call is a no-op."""
+def install(*more: Callable[[], list[Patch]]) -> None:
+    """Apply every patch once; a second call is a no-op.
+
+    Args:
+        more: functions listing patches of the layers above the emulation (torch_xla's
+            launchers, which run on the ranks' world: `ranks/launchers.py`); the worker
+            processes of this process's worlds install them too (`installed_with`).
+    """
+    global _more
     if _applied:
         return
-    for owner, name, replacement in _targets():
+    _more = more
+    for owner, name, replacement in _targets() + [t for listed in more for t in listed()]:
         _applied.append((owner, name, _get(owner, name)))
         _set(owner, name, replacement)
     from ..tpu import arithmetic
 
     arithmetic.install()
+
+
+def installed_with() -> tuple[Callable[[], list[Patch]], ...]:
+    """The patch lists of the layers above this process installed (`install`'s `more`): a
+    worker process emulates what its launching process does, and is handed these by name."""
+    return _more

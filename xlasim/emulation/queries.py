@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ..base import rank_context
+from ..base import emulated_slice, rank_context
 from ..base.identity import Identity
 
 DEVICE_TYPE = "TPU"
@@ -82,9 +82,7 @@ def supported_devices(original: Callable[..., list[str]]) -> Callable[..., list[
 
 
 def _identity() -> Identity:
-    from .. import activation
-
-    return Identity.of(activation.topology())
+    return Identity.of(emulated_slice.topology())
 
 
 def slice_cores() -> int:
@@ -94,10 +92,8 @@ def slice_cores() -> int:
 
 def _host() -> int:
     """The emulated host this code runs on: the rank's, else this process's."""
-    from .. import activation
-
     ctx = rank_context.current()
-    return ctx.host_index if ctx is not None else activation.process_host()
+    return ctx.host_index if ctx is not None else emulated_slice.process_host()
 
 
 def _ordinal(device: Any) -> int:

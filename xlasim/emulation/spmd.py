@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from ..base import rank_context
+from ..base import emulated_slice, rank_context
 from ..base.errors import XlasimError
 
 if TYPE_CHECKING:
@@ -64,12 +64,10 @@ def _guarded(original: Callable[..., Any]) -> Callable[..., Any]:
             )
         if not _allowed and _refusal is not None:
             raise SpmdRefusedError(f"xr.use_spmd() called here: {_refusal}")
-        from .. import activation
-
-        if activation.is_emulated() and _pod is None:  # a script's SPMD program: the pod's
-            _become_pod(activation.topology())
+        if emulated_slice.is_emulated() and _pod is None:  # a script's SPMD program: the pod's
+            _become_pod(emulated_slice.topology())
         result = original(*args, **kwargs)
-        if activation.is_emulated():
+        if emulated_slice.is_emulated():
             _say_tpu_once_started()
         return result
 
@@ -104,11 +102,9 @@ def start_world(topology: Topology | None, devices: int) -> int:
     Returns the runtime's device count."""
     global _pod
     if topology is not None:
-        from .. import activation
-
         os.environ["PJRT_DEVICE"] = "CPU"
         os.environ["CPU_NUM_DEVICES"] = str(devices)
-        activation.enter_worker(topology, 0)
+        emulated_slice.enter_worker(topology, 0)
         _put_on_identity()
         from ..tpu import arithmetic
 
@@ -240,14 +236,12 @@ def as_host(host: int) -> Iterator[None]:
     if _pod is None:
         yield
         return
-    from .. import activation
-
     _acting_host = host
-    previous = activation.move_to_host(host)
+    previous = emulated_slice.move_to_host(host)
     try:
         yield
     finally:
-        activation.move_to_host(previous)
+        emulated_slice.move_to_host(previous)
         _acting_host = None
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from .warm_world import world
+
 R = TypeVar("R")
 
 
@@ -25,8 +27,6 @@ def spawn(
 ) -> None:
     """torch_xla's contract: `nprocs` is None (every core) or 1; an exception in a rank reaches
     the caller (as `RankFailedError`, naming the rank, with the original as `__cause__`)."""
-    from ..activation import world
-
     if nprocs not in (None, 1):
         raise ValueError(
             f"Unsupported nprocs ({nprocs}). Please use nprocs=1 or None (default). If None, spawn "
@@ -48,8 +48,6 @@ def run_multiprocess(
     fn: Callable[..., R], *args: Any, start_method: str = "spawn", **kwargs: Any
 ) -> dict[int, R]:
     """`pjrt.run_multiprocess`: `fn(*args, **kwargs)` on every rank, results by global ordinal."""
-    from ..activation import world
-
     results = world().run(fn, args, kwargs, pass_rank=False)
     return dict(enumerate(results))
 
@@ -57,3 +55,16 @@ def run_multiprocess(
 def spawn_threads(fn: Callable[..., Any], args: tuple = ()) -> None:
     """`pjrt.spawn_threads`: `fn(index, *args)` on every rank, as `xmp.spawn` does."""
     spawn(fn, args=args)
+
+
+def patches() -> list[tuple[Any, str, Any]]:
+    """(owner, attribute, replacement) triples of torch_xla's launchers, for `patches.install`."""
+    import torch_xla.distributed.xla_multiprocessing as xmp
+    from torch_xla._internal import pjrt
+
+    return [
+        (xmp, "spawn", spawn),
+        (pjrt, "spawn", pjrt_spawn),
+        (pjrt, "run_multiprocess", run_multiprocess),
+        (pjrt, "spawn_threads", spawn_threads),
+    ]

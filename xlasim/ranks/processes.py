@@ -35,6 +35,7 @@ from typing import Any
 
 from ..base.errors import WorldAbortedError, XlasimError
 from ..base.topology import Topology
+from ..emulation import patches
 from ..emulation.rendezvous import Run
 from ..reports.hang_report import rank_span
 from . import shared_payloads, worker
@@ -326,6 +327,7 @@ class ProcessRanks:
             authkey=self._links.authkey,
             host_root=self._host_roots[index // self.topology.processes_per_host],
             store_port=self._store.port,
+            more_patches=patches.installed_with(),
         )
         return _Process(spec)
 

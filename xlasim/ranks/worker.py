@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Client, Connection
 from typing import Any
 
-from .. import activation
+from ..base import emulated_slice
 from ..base.topology import Topology
 from ..emulation import patches
 from ..emulation.rendezvous import Call, RunObjects
@@ -48,6 +48,9 @@ class WorkerSpec:
     #: This worker's host's own directory (hosts other than the launching one), or None.
     host_root: str | None
     store_port: int
+    #: What the launching process installed besides the emulation (`patches.installed_with`:
+    #: torch_xla's launchers), pickled by name.
+    more_patches: tuple[Callable[[], list[Any]], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -155,8 +158,8 @@ def main(spec: WorkerSpec, control: Connection) -> None:
     overrides = {"PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": str(topology.cores_per_process)}
     os.environ.update(overrides)
     first = spec.process * topology.cores_per_process
-    activation.enter_worker(topology, topology.host_of(first))
-    patches.install()
+    emulated_slice.enter_worker(topology, topology.host_of(first))
+    patches.install(*spec.more_patches)
     rank_output.install()
     _share_the_cpus(topology)
     ranks = {

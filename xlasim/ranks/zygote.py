@@ -21,8 +21,16 @@ from multiprocessing import forkserver, get_context
 from ..base.errors import XlasimError
 
 #: Imported once by the zygote, inherited by every worker it forks: everything a worker imports
-#: before its first job (`worker.py` imports its modules at module level).
-PRELOAD = ["torch", "torch_xla", "torch_xla.core.xla_model", "numpy", "xlasim.ranks.worker"]
+#: before its first job (`worker.py` imports its modules at module level; the launchers'
+#: patches, which the parent hands it by name, with the world they launch on).
+PRELOAD = [
+    "torch",
+    "torch_xla",
+    "torch_xla.core.xla_model",
+    "numpy",
+    "xlasim.ranks.worker",
+    "xlasim.ranks.launchers",
+]
 
 _lock = threading.Lock()
 
