@@ -23,6 +23,7 @@ if TYPE_CHECKING:
         PodJoinError,
         RankFailedError,
         RuntimeAlreadyStartedError,
+        UnsupportedCollectiveError,
         WorldAbortedError,
         XlasimError,
     )
@@ -50,6 +51,7 @@ _EXPORTS = {
     "PodJoinError": "base.errors",
     "RankFailedError": "base.errors",
     "RuntimeAlreadyStartedError": "base.errors",
+    "UnsupportedCollectiveError": "base.errors",
     "WorldAbortedError": "base.errors",
     "XlasimError": "base.errors",
     "Topology": "base.topology",
@@ -70,6 +72,7 @@ __all__ = [
     "RankFailedError",
     "RuntimeAlreadyStartedError",
     "Topology",
+    "UnsupportedCollectiveError",
     "World",
     "WorldAbortedError",
     "XlasimError",

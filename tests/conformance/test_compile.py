@@ -18,7 +18,7 @@ from torch.distributed import distributed_c10d as c10d
 from torch_xla._internal import pjrt
 
 import xlasim
-from xlasim.emulation.compiled import UnsupportedCollectiveError
+from xlasim import UnsupportedCollectiveError
 
 DEVICES = 8  # the session's world (tests/conftest.py)
 CALLS = 3

@@ -56,6 +56,11 @@ class WorldAbortedError(XlasimError):
         return (type(self), (name,))
 
 
+class UnsupportedCollectiveError(XlasimError):
+    """A collective the emulation cannot serve where it is called: an XLA-level collective that
+    bypasses torch_xla's Python API, or one in a graph the openxla bridge runs as one XLA program."""
+
+
 class PodJoinError(XlasimError):
     """Machines could not form a pod: a wrong or missing token, a machine rank taken or out of
     range, or machines that never joined within the bound (xlasim/machines, docs/pods.md)."""

@@ -19,8 +19,9 @@ from ..base import rank_context
 from ..reports import traced_counters
 from ..reports.callsite import call_location
 from . import combine as combining
-from . import compiled
+from . import compile_dispatch as dispatch
 from .combine import check_reduce_type
+from .compile_dispatch import between_graphs, traced_as
 from .rendezvous import Call
 from .transfer import to_device, to_host
 
@@ -119,6 +120,7 @@ def _dim(tensor: torch.Tensor, dim: int, what: str) -> int:
 # ------------------------------------------------------------------------------ all_reduce
 
 
+@traced_as(dispatch.all_reduce)
 def all_reduce(
     reduce_type: str,
     inputs: torch.Tensor | list[torch.Tensor],
@@ -130,8 +132,6 @@ def all_reduce(
 
     As in torch_xla, a world of one skips the reduction (and `scale`): a tensor comes back as a
     clone, a list unchanged, unless `XLA_ALWAYS_ALLREDUCE` is set."""
-    if torch.compiler.is_compiling():  # dynamo traces this: see compiled.py
-        return compiled.all_reduce(reduce_type, inputs, scale, groups)
     ctx = rank_context.require("xm.all_reduce")
     if ctx.world_size == 1 and not xu.getenv_as("XLA_ALWAYS_ALLREDUCE", bool, False):
         return inputs.clone() if isinstance(inputs, torch.Tensor) else inputs
@@ -160,6 +160,7 @@ def all_reduce(
 # ------------------------------------------------------------------------------ all_gather
 
 
+@traced_as(dispatch.all_gather)
 def all_gather(
     value: torch.Tensor | list[torch.Tensor],
     dim: int = 0,
@@ -170,8 +171,6 @@ def all_gather(
     use_global_device_ids=None,
 ):
     """xm.all_gather: concatenate every group member's tensor along `dim`, in group order."""
-    if torch.compiler.is_compiling():  # dynamo traces this: see compiled.py
-        return compiled.all_gather(value, dim, groups, output)
     ctx = rank_context.require("xm.all_gather")
     tensors, single = _as_list(value, "value")
     if not single and pin_layout:
@@ -195,6 +194,7 @@ def all_gather(
 # ------------------------------------------------------------------------------ reduce_scatter
 
 
+@traced_as(dispatch.reduce_scatter)
 def reduce_scatter(
     reduce_type: str,
     input: torch.Tensor | list[torch.Tensor],
@@ -208,10 +208,6 @@ def reduce_scatter(
     use_global_device_ids=None,
 ):
     """xm.reduce_scatter: reduce over the group, then each member keeps its shard of `scatter_dim`."""
-    if torch.compiler.is_compiling():  # dynamo traces this: see compiled.py
-        return compiled.reduce_scatter(
-            reduce_type, input, scale, scatter_dim, shard_count, groups, output
-        )
     ctx = rank_context.require("xm.reduce_scatter")
     tensors, single = _as_list(input, "input")
     if single:
@@ -249,6 +245,7 @@ def reduce_scatter(
 # ------------------------------------------------------------------------------ all_to_all
 
 
+@traced_as(dispatch.all_to_all)
 def all_to_all(
     value: torch.Tensor,
     split_dimension: int,
@@ -258,8 +255,6 @@ def all_to_all(
     pin_layout: bool = True,
 ) -> torch.Tensor:
     """xm.all_to_all: split along one dim, send piece j to member j, concat what arrives."""
-    if torch.compiler.is_compiling():  # dynamo traces this: see compiled.py
-        return compiled.all_to_all(value, split_dimension, concat_dimension, split_count, groups)
     ctx = rank_context.require("xm.all_to_all")
     traced_counters.bump("AllToAll")
     members = group_of(ctx.rank, ctx.world_size, groups, equal_sizes=True)
@@ -305,10 +300,9 @@ def _check_pairs(pairs: Sequence[Sequence[int]], size: int) -> tuple[tuple[int, 
     return normalized
 
 
+@traced_as(dispatch.collective_permute)
 def collective_permute(value: torch.Tensor, pairs: list[list[int]]) -> torch.Tensor:
     """xm.collective_permute: every rank takes part; a rank no pair targets receives zeros."""
-    if torch.compiler.is_compiling():  # dynamo traces this: see compiled.py
-        return compiled.collective_permute(value, pairs)
     ctx = rank_context.require("xm.collective_permute")
     normalized = _check_pairs(pairs, ctx.world_size)
     members = tuple(range(ctx.world_size))
@@ -319,6 +313,7 @@ def collective_permute(value: torch.Tensor, pairs: list[list[int]]) -> torch.Ten
     return to_device([received[ctx.rank]], value.device)[0]
 
 
+@traced_as(dispatch.collective_broadcast)
 def collective_broadcast(
     tensors: list[torch.Tensor],
     root_ordinal: int = 0,
@@ -327,8 +322,6 @@ def collective_broadcast(
 ) -> None:
     """xm.collective_broadcast: in place, every tensor takes the root's value (zeros in groups
     without the root, as torch_xla's mask-and-sum implementation gives)."""
-    if torch.compiler.is_compiling():  # dynamo traces this: see compiled.py
-        return compiled.collective_broadcast(tensors, root_ordinal, groups)
     ctx = rank_context.require("xm.collective_broadcast")
     tensors, _ = _as_list(tensors, "tensors")
     if not 0 <= root_ordinal < ctx.world_size:
@@ -352,20 +345,18 @@ def collective_broadcast(
 # ------------------------------------------------------------------------------ send / recv
 
 
+@between_graphs
 def send(value: torch.Tensor, channel_id: int) -> torch.Tensor:
     """xm.send: post the value on a channel; returns the input, as torch_xla does."""
-    if torch.compiler.is_compiling():  # dynamo traces this: see compiled.py
-        return compiled.send(value, channel_id)
     ctx = rank_context.require("xm.send")
     call = _call("send", channel_id=channel_id, tensors=_describe_tensors([value]))
     ctx.run.send(ctx.rank, ("xm", channel_id), call, to_host([value])[0])
     return value
 
 
+@between_graphs
 def recv(output: torch.Tensor, channel_id: int) -> torch.Tensor:
     """xm.recv: take the oldest value posted on a channel into `output`."""
-    if torch.compiler.is_compiling():  # dynamo traces this: see compiled.py
-        return compiled.recv(output, channel_id)
     ctx = rank_context.require("xm.recv")
     call = _call("recv", channel_id=channel_id, tensors=_describe_tensors([output]))
     sent_by, value = ctx.run.receive(ctx.rank, ("xm", channel_id), call)
@@ -389,13 +380,12 @@ def check_received(
 # ------------------------------------------------------------------------------ rendezvous
 
 
+@between_graphs
 def xla_rendezvous(
     payload: bytes = b"", ordinals: list[int] | None = None, tag: str | None = None
 ) -> list[bytes]:
     """xm.xla_rendezvous: every rank's payload, in ordinal order. As in torch_xla 2.9, only a
     rendezvous of the whole world is supported (`ordinals`, if given, must name every rank)."""
-    if torch.compiler.is_compiling():  # dynamo traces this: see compiled.py
-        return compiled.xla_rendezvous(payload, ordinals, tag)
     ctx = rank_context.require("xm.rendezvous")
     if ordinals and len(ordinals) != ctx.world_size:
         raise ValueError("Only global rendezvous is supported")

@@ -17,8 +17,9 @@ constant: every later call would return the first call's result. So:
   meeting any rank, since on a TPU that run only traces: every rank meets the others exactly
   once per collective its program calls, whichever rank compiles when.
 
-The `xm` functions branch here when `torch.compiler.is_compiling()`; `xla_level.py` maps
-torch.distributed's traceable collectives onto the same op.
+Under dynamo the `xm` functions become calls of the op (`compile_dispatch.py`), and
+`xla_level.py` maps torch.distributed's traceable collectives onto the same op; this module is
+the op's kernels and the bridge's changes.
 """
 
 from __future__ import annotations
@@ -35,33 +36,16 @@ from typing import Any
 import torch
 
 from ..base import emulated_slice, rank_context
-from ..base.errors import XlasimError
+from ..base.errors import UnsupportedCollectiveError
 from . import collectives
+from .compile_dispatch import NAMESPACE
 from .transfer import to_device, to_host
 
-NAMESPACE = "xlasim"
 Args = dict[str, Any]
 Shape = Sequence[int]
 
 
-class UnsupportedCollectiveError(XlasimError):
-    """A collective the emulation cannot serve where it is called: an XLA-level collective that
-    bypasses torch_xla's Python API, or one in a graph the openxla bridge runs as one XLA program."""
-
-
 # ------------------------------------------------------------------------------ the op
-
-
-@torch.compiler.assume_constant_result
-def request(op: str, args: Args) -> str:
-    """The op's `request` argument; a constant of the traced graph (dynamo calls this once)."""
-    return json.dumps([op, args])
-
-
-def call(op: str, tensors: list[torch.Tensor], **args: Any) -> list[torch.Tensor]:
-    """Run emulated collective `op` (an `xm` function name) through the op: in a graph when
-    traced, else now."""
-    return torch.ops.xlasim.collective(tensors, request(op, args))
 
 
 def _members(groups: Any) -> tuple[int, ...]:
@@ -150,111 +134,6 @@ def define(library: torch.library.Library) -> None:
     library.define("collective(Tensor[] tensors, str request) -> Tensor[]")
     library.impl("collective", _serve, "XLA")
     torch.library.register_fake(f"{NAMESPACE}::collective", _fake, lib=library)
-
-
-# ------------------------------------------------------------------------------ xm, traced
-
-Tensors = torch.Tensor | list[torch.Tensor]
-
-
-def _tensors(value: Tensors) -> tuple[list[torch.Tensor], bool]:
-    return ([value], True) if isinstance(value, torch.Tensor) else (list(value), False)
-
-
-def _copy_into(targets: Sequence[torch.Tensor], values: Sequence[torch.Tensor]) -> None:
-    with torch.no_grad():
-        for target, value in zip(targets, values):
-            target.copy_(value)
-
-
-def _deliver(results: list[torch.Tensor], output: Tensors | None, single: bool) -> Tensors:
-    if output is None:
-        return results[0] if single else results
-    _copy_into(_tensors(output)[0], results)
-    return output
-
-
-def all_reduce(reduce_type: str, inputs: Tensors, scale: float, groups: Any) -> Tensors:
-    """xm.all_reduce under dynamo: a list is reduced in place."""
-    tensors, single = _tensors(inputs)
-    results = call("all_reduce", tensors, reduce_type=reduce_type, scale=scale, groups=groups)
-    if single:
-        return results[0]
-    _copy_into(tensors, results)
-    return inputs
-
-
-def all_gather(value: Tensors, dim: int, groups: Any, output: Tensors | None) -> Tensors:
-    """xm.all_gather under dynamo."""
-    tensors, single = _tensors(value)
-    return _deliver(call("all_gather", tensors, dim=dim, groups=groups), output, single)
-
-
-def reduce_scatter(
-    reduce_type: str,
-    input: Tensors,
-    scale: float,
-    scatter_dim: int,
-    shard_count: int,
-    groups: Any,
-    output: Tensors | None,
-) -> Tensors:
-    """xm.reduce_scatter under dynamo."""
-    tensors, single = _tensors(input)
-    results = call(
-        "reduce_scatter",
-        tensors,
-        reduce_type=reduce_type,
-        scale=scale,
-        scatter_dim=scatter_dim,
-        shard_count=shard_count,
-        groups=groups,
-    )
-    return _deliver(results, output, single)
-
-
-def all_to_all(
-    value: torch.Tensor, split_dimension: int, concat_dimension: int, split_count: int, groups: Any
-) -> torch.Tensor:
-    """xm.all_to_all under dynamo."""
-    return call(
-        "all_to_all",
-        [value],
-        split_dimension=split_dimension,
-        concat_dimension=concat_dimension,
-        split_count=split_count,
-        groups=groups,
-    )[0]
-
-
-def collective_permute(value: torch.Tensor, pairs: Any) -> torch.Tensor:
-    """xm.collective_permute under dynamo."""
-    return call("collective_permute", [value], pairs=pairs)[0]
-
-
-def collective_broadcast(tensors: list[torch.Tensor], root_ordinal: int, groups: Any) -> None:
-    """xm.collective_broadcast under dynamo (in place)."""
-    values = call("collective_broadcast", list(tensors), root_ordinal=root_ordinal, groups=groups)
-    _copy_into(tensors, values)
-
-
-def _between_graphs(name: str) -> Callable[..., Any]:
-    """`collectives.<name>` run eagerly: dynamo breaks the graph at its call, as it does at
-    torch_xla's own version on a TPU (and refuses it, with this reason, under fullgraph=True)."""
-
-    def run(*args: Any) -> Any:
-        return getattr(collectives, name)(*args)
-
-    return torch.compiler.disable(
-        run,
-        reason=f"xm.{name} cannot be a node of a compiled graph (nor can torch_xla's on a TPU): it "
-        "runs eagerly between graphs; compile without fullgraph=True, or call it outside",
-    )
-
-
-send = _between_graphs("send")
-recv = _between_graphs("recv")
-xla_rendezvous = _between_graphs("xla_rendezvous")
 
 
 # ------------------------------------------------------------------------------ the openxla bridge

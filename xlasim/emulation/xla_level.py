@@ -19,8 +19,9 @@ import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 
 from ..base import rank_context
+from ..base.errors import UnsupportedCollectiveError
 from ..reports import traced_counters
-from . import compiled
+from . import compile_dispatch
 
 #: c10d reduce op names (and torch_xla's own) -> xm reduce types; torch_xla has no avg or xor.
 _REDUCE_TYPES = {
@@ -69,7 +70,7 @@ def _groups(group_name: str, group_size: int | None = None) -> list[list[int]] |
 
 
 def _reduce(tensors: list[torch.Tensor], reduce_op: str, group_name: str) -> list[torch.Tensor]:
-    return compiled.call(
+    return compile_dispatch.call(
         "all_reduce",
         tensors,
         reduce_type=_reduce_type(reduce_op),
@@ -79,13 +80,15 @@ def _reduce(tensors: list[torch.Tensor], reduce_op: str, group_name: str) -> lis
 
 
 def _gather(tensors: list[torch.Tensor], group_size: int, group_name: str) -> list[torch.Tensor]:
-    return compiled.call("all_gather", tensors, dim=0, groups=_groups(group_name, group_size))
+    return compile_dispatch.call(
+        "all_gather", tensors, dim=0, groups=_groups(group_name, group_size)
+    )
 
 
 def _scatter(
     tensors: list[torch.Tensor], reduce_op: str, group_size: int, group_name: str
 ) -> list[torch.Tensor]:
-    return compiled.call(
+    return compile_dispatch.call(
         "reduce_scatter",
         tensors,
         reduce_type=_reduce_type(reduce_op),
@@ -99,7 +102,7 @@ def _scatter(
 def _broadcast(input: torch.Tensor, src: int, group_name: str) -> torch.Tensor:
     """`src` is a rank of the group, as c10d's root rank is."""
     root = _ranks(group_name, None)[src]
-    return compiled.call(
+    return compile_dispatch.call(
         "collective_broadcast", [input], root_ordinal=root, groups=_groups(group_name)
     )[0]
 
@@ -113,7 +116,7 @@ def _all_to_all_single(
     ranks = _ranks(group_name, None)
     if len(set(output_split_sizes) | set(input_split_sizes)) > 1:
         raise ValueError("torch_xla does not support arbitrary split sizes for all_to_all")
-    return compiled.call(
+    return compile_dispatch.call(
         "all_to_all",
         [input],
         split_dimension=0,
@@ -185,7 +188,7 @@ def refuse_on_ranks(name: str, original: Callable[..., Any]) -> Callable[..., An
     def xla_collective(*args: Any, **kwargs: Any) -> Any:
         if rank_context.current() is None:
             return original(*args, **kwargs)
-        raise compiled.UnsupportedCollectiveError(
+        raise UnsupportedCollectiveError(
             f"torch_xla._XLAC.{name} builds an XLA collective into the rank's graph, which XLA's "
             "CPU client cannot run across emulated cores (it would hang, then abort the process). "
             f"Call xm.{XLAC_COLLECTIVES[name]} (or torch.distributed), which the emulation serves."
