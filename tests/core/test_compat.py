@@ -74,17 +74,9 @@ def parameters(fn: Callable[..., Any], follow_wrapped: bool = True) -> list[tupl
 
 def applied(world) -> list[tuple[str, Any, Any]]:
     """(qualified name, original, replacement) of every patch the emulation installed."""
-    assert patches._applied, "the world fixture installs the emulation"
-    return [
-        (qualified(o, n), original, _under_tracing(patches._get(o, n)))
-        for o, n, original in patches._applied
-    ]
-
-
-def _under_tracing(attribute: Any) -> Any:
-    """The emulation's replacement, under the recording wrapper a traced launch of this
-    process put on top of it (xlasim/events/hooks.py)."""
-    return getattr(attribute, "__xlasim_traced__", attribute)
+    installed = patches.installed()
+    assert installed, "the world fixture installs the emulation"
+    return [(qualified(p.owner, p.name), p.original, p.replacement) for p in installed]
 
 
 def test_every_replacement_takes_the_arguments_of_the_original(world):

@@ -314,9 +314,9 @@ class Registration:
 
 
 class Registrations(MutableMapping):
-    """torch.library registrations by name, so that patches.py installs and reverts them like
-    attributes: setting a name registers a `Registration`, deleting it destroys its library,
-    which restores the kernels it overrode."""
+    """torch.library registrations by name, so that patches.py installs them like attributes:
+    setting a name registers a `Registration` in a library of its own; setting it again
+    replaces it (the old library is destroyed, which restores the kernels it overrode)."""
 
     def __init__(self) -> None:
         self._libraries: dict[str, tuple[Registration, torch.library.Library, set[str]]] = {}

@@ -9,11 +9,26 @@ Everything is patched at the module attribute real code looks up at call time
 from __future__ import annotations
 
 from collections.abc import Callable, MutableMapping
+from dataclasses import dataclass
 from typing import Any
 
 _MISSING = object()
+#: (owner, attribute or key, replacement): one patch, as each module of the emulation lists them.
 Patch = tuple[Any, str, Any]
-_applied: list[Patch] = []
+
+
+@dataclass(frozen=True)
+class Replaced:
+    """An installed patch: `owner`'s `name` (an attribute, or a key of a mapping) was
+    `original` and is `replacement`."""
+
+    owner: Any
+    name: str
+    original: Any
+    replacement: Any
+
+
+_installed: list[Replaced] = []
 _more: tuple[Callable[[], list[Patch]], ...] = ()
 
 
@@ -103,15 +118,21 @@ def install(*more: Callable[[], list[Patch]]) -> None:
             processes of this process's worlds install them too (`installed_with`).
     """
     global _more
-    if _applied:
+    if _installed:
         return
     _more = more
     for owner, name, replacement in _targets() + [t for listed in more for t in listed()]:
-        _applied.append((owner, name, _get(owner, name)))
+        _installed.append(Replaced(owner, name, _get(owner, name), replacement))
         _set(owner, name, replacement)
     from ..tpu import arithmetic
 
     arithmetic.install()
+
+
+def installed() -> list[Replaced]:
+    """Every patch this process installed, with the original it replaced (docs/compat.md lists
+    each; tests/core/test_compat.py checks the list against the table and the signatures)."""
+    return list(_installed)
 
 
 def installed_with() -> tuple[Callable[[], list[Patch]], ...]:
