@@ -6,8 +6,6 @@ xmp.spawn(train, args=(...))       # runs train(rank, ...) on 8 emulated cores
 """
 
 import importlib
-import sys
-import types
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -21,6 +19,7 @@ if TYPE_CHECKING:
         MachineLostError,
         OutsideWorldError,
         PodJoinError,
+        RankExitError,
         RankFailedError,
         RuntimeAlreadyStartedError,
         UnsupportedCollectiveError,
@@ -29,17 +28,19 @@ if TYPE_CHECKING:
     )
     from .base.rank_context import RankContext, current
     from .base.topology import Topology
+    from .emulation.spmd import SpmdRefusedError
     from .emulation.world_of_one import OutsideWorldWarning
     from .ranks.world import World
+    from .reports.rank_outcome import Collect, RankOutcome
 
 #: The public names and the modules they live in, imported on first use: importing the package
 #: (as pytest does for the plugin in every session of an environment that has xlasim) must not
 #: import torch until something is emulated.
 _EXPORTS = {
     "emulate": "activation",
-    "is_emulated": "base.emulated_slice",
     "max_devices": "activation",
     "world": "activation",
+    "is_emulated": "base.emulated_slice",
     "RankContext": "base.rank_context",
     "current": "base.rank_context",
     "CollectiveMismatchError": "base.errors",
@@ -49,17 +50,24 @@ _EXPORTS = {
     "MachineLostError": "base.errors",
     "OutsideWorldError": "base.errors",
     "PodJoinError": "base.errors",
+    "RankExitError": "base.errors",
     "RankFailedError": "base.errors",
     "RuntimeAlreadyStartedError": "base.errors",
     "UnsupportedCollectiveError": "base.errors",
     "WorldAbortedError": "base.errors",
     "XlasimError": "base.errors",
     "Topology": "base.topology",
-    "World": "ranks.world",
+    "Collect": "reports.rank_outcome",
+    "RankOutcome": "reports.rank_outcome",
+    "SpmdRefusedError": "emulation.spmd",
     "OutsideWorldWarning": "emulation.world_of_one",
+    "World": "ranks.world",
 }
+#: Public modules by the name users know them by (`xlasim.spmd.as_host`).
+_MODULES = {"spmd": "emulation.spmd"}
 
 __all__ = [
+    "Collect",
     "CollectiveMismatchError",
     "CollectiveTimeoutError",
     "DeadlockError",
@@ -69,8 +77,11 @@ __all__ = [
     "OutsideWorldWarning",
     "PodJoinError",
     "RankContext",
+    "RankExitError",
     "RankFailedError",
+    "RankOutcome",
     "RuntimeAlreadyStartedError",
+    "SpmdRefusedError",
     "Topology",
     "UnsupportedCollectiveError",
     "World",
@@ -84,45 +95,21 @@ __all__ = [
 ]
 
 
-#: Public modules by the name users know them by (`xlasim.spmd.as_host`).
-_MODULES = {"spmd": "emulation.spmd"}
-
-
 def __getattr__(name: str) -> Any:
     if name in _MODULES:
-        module = importlib.import_module(f"{__name__}.{_MODULES[name]}")
-        globals()[name] = module
-        return module
-    module = _EXPORTS.get(name)
-    if module is None:  # a submodule: `xlasim.activation` after a bare `import xlasim`
+        value = importlib.import_module(f"{__name__}.{_MODULES[name]}")
+    elif name in _EXPORTS:
+        value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    else:  # a submodule: `xlasim.activation` after a bare `import xlasim`
         try:
             return importlib.import_module(f"{__name__}.{name}")
         except ModuleNotFoundError as error:
             if error.name != f"{__name__}.{name}":
                 raise
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
     globals()[name] = value
     return value
 
 
 def __dir__() -> list[str]:
     return sorted({*globals(), *_EXPORTS, *_MODULES})
-
-
-class _Package(types.ModuleType):
-    """`xlasim.world` is the function `xlasim.world()`, though `xlasim/ranks/world.py` is a submodule
-    too: loading the submodule binds it on the package, which must not replace the function."""
-
-    @property
-    def world(self) -> Any:
-        from .activation import world
-
-        return world
-
-    @world.setter
-    def world(self, submodule: Any) -> None:
-        pass  # the import system binding `xlasim.world` (the module) on its first load
-
-
-sys.modules[__name__].__class__ = _Package

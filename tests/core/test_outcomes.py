@@ -9,9 +9,9 @@ import torch_xla.core.xla_model as xm
 from _pytest.outcomes import Failed, Skipped
 
 import xlasim
+from xlasim import Collect, RankOutcome
 from xlasim.base.topology import Topology
 from xlasim.ranks.world import World
-from xlasim.reports.rank_outcome import Collect, RankOutcome
 
 
 @pytest.fixture(scope="module")

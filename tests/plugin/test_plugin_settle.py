@@ -11,9 +11,8 @@ that escaped a check would make pytest skip the check instead of failing it."""
 import pytest
 from _pytest.outcomes import Skipped, XFailed
 
-from xlasim.base.errors import WorldAbortedError
+from xlasim import RankOutcome, WorldAbortedError
 from xlasim.pytest_plugin.outcomes import InconsistentOutcomeError, settle
-from xlasim.reports.rank_outcome import RankOutcome
 
 SIZE = 4
 
