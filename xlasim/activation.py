@@ -48,8 +48,12 @@ def available_memory() -> int | None:
 
 
 def max_devices(threaded: bool = False) -> int:
-    """How many cores this machine can hold: available memory over the per-core cost (cores
-    with a process each by default, as `emulate` gives; `threaded=True` for the fast mode)."""
+    """How many cores this machine can hold: available memory over the per-core cost.
+
+    Args:
+        threaded: count cores as threads of one process (the fast mode, `processes=1`) instead
+            of cores with a process each, as `emulate` gives by default.
+    """
     available = available_memory()
     if available is None:
         return HARD_MAX_DEVICES
@@ -103,6 +107,21 @@ def emulate(
     CPU's exact f32 (`"exact"`); default `XLASIM_ARITHMETIC` (docs/tpu-arithmetic.md).
 
     Call before the first use of an XLA device. Calling again with the same slice is a no-op.
+
+    Args:
+        devices: emulated cores (default `XLASIM_DEVICES`).
+        processes: worker processes holding them (default `XLASIM_PROCESSES`, else one per
+            core; 1: every core a thread of this process).
+        hosts: emulated hosts (default `XLASIM_HOSTS`, else 1).
+        topology: a named preset instead of the counts (`XLASIM_TOPOLOGY`; `xlasim topologies`
+            lists them).
+
+    Returns:
+        The emulated slice.
+
+    Raises:
+        DeviceCountError: an impossible count, or more cores than this machine's memory holds.
+        RuntimeAlreadyStartedError: the XLA runtime, or emulation, already started otherwise.
     """
     started = emulated_slice.current()
     if emulated_slice.in_worker():  # the launching script, imported by a worker: its slice is

@@ -250,6 +250,11 @@ def _set_pod_environment(options: argparse.Namespace) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The `xlasim` command; returns its exit status.
+
+    Args:
+        argv: the command's arguments (default: `sys.argv[1:]`).
+    """
     options = _parser().parse_args(argv)
     if options.command == "topologies":
         print(list_topologies())

@@ -26,6 +26,13 @@ class Topology:
     `processes` defaults to one per core, as on TPU v4 and later (one process per chip): every
     rank has its own Python globals, environment and CPU generators. `processes=1` puts every
     core in one process as threads (torch_xla's CPU runtime): faster, but ranks share those.
+
+    Args:
+        devices: emulated cores (XLA devices).
+        processes: processes holding them, each an equal share (default: one per core).
+        hosts: emulated hosts holding the processes, each an equal share.
+        generation: the TPU generation it claims to be (`generations.GENERATIONS`).
+        slices: slices joined over the data-center network (multislice).
     """
 
     devices: int
@@ -118,6 +125,11 @@ PRESETS: dict[str, tuple[Topology, str]] = {
 
 
 def preset(name: str) -> Topology:
+    """The slice of a named preset.
+
+    Args:
+        name: a key of `PRESETS` (`v5e-8`, `v4-16`, `2xv5e-8`...; `xlasim topologies`).
+    """
     try:
         return PRESETS[name][0]
     except KeyError:

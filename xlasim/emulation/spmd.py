@@ -99,7 +99,14 @@ def start_world(topology: Topology | None, devices: int) -> int:
     TPU identity (`queries.identity_patches`: names, coordinates, slice indices...) and, once the
     runtime has started on the CPU client, `PJRT_DEVICE` says TPU as on a TPU VM. Natively
     (`topology` None) the environment's own device is used as it is. Then SPMD goes on, for good.
-    Returns the runtime's device count."""
+
+    Args:
+        topology: the emulated slice (its TPU identity and hosts), or None natively.
+        devices: XLA devices of the world (emulated: the CPU client's device count).
+
+    Returns:
+        The runtime's device count.
+    """
     global _pod
     if topology is not None:
         os.environ["PJRT_DEVICE"] = "CPU"
@@ -221,7 +228,14 @@ def as_host(host: int) -> Iterator[None]:
     host-dependent part runs host by host inside this block, which answers those queries as
     `host` would. The devices, the mesh and the program stay the whole pod's: what runs here is
     host `host`'s branch, not host `host`'s process. Anywhere else a process is its own host
-    only, and the block changes nothing for it."""
+    only, and the block changes nothing for it.
+
+    Args:
+        host: the host to act as, one of `hosts()`.
+
+    Raises:
+        XlasimError: `host` is not one this process can act as, or the block is nested.
+    """
     global _acting_host
     if host not in hosts():
         where = f"this pod ({_pod.describe()})" if _pod is not None else "this process"

@@ -55,7 +55,14 @@ def default_collective_timeout() -> float:
 
 
 class World:
-    """N emulated cores; `run(fn)` calls `fn(rank, *args)` on each and returns their results."""
+    """N emulated cores; `run(fn)` calls `fn(rank, *args)` on each and returns their results.
+
+    Args:
+        topology: the slice: its cores become warm ranks, threads of this process
+            (`processes=1`) or worker processes.
+        collective_timeout: seconds a rank waits inside one collective for its peers (default
+            `XLASIM_TIMEOUT`, else 60); past it the run fails with every rank's stack.
+    """
 
     def __init__(self, topology: Topology, collective_timeout: float | None = None):
         if topology.devices < 1:
@@ -93,7 +100,21 @@ class World:
     ) -> list[Any]:
         """Run `fn(rank, *args, **kwargs)` on ranks 0..size-1 and return the per-rank results.
 
-        When ranks raised: `RankFailedError`, holding every rank's outcome (`run_outcomes`).
+        Args:
+            fn: the function each rank calls; it must pickle (by reference) for worker processes.
+            args: positional arguments after the rank.
+            kwargs: keyword arguments.
+            size: ranks to run, a sub-world of the first `size` cores (default: all).
+            timeout: seconds the whole run may take (default `XLASIM_RUN_TIMEOUT`, else 3600).
+            pass_rank: pass the rank as the first argument (False: `fn(*args, **kwargs)`).
+
+        Returns:
+            Each rank's result, in rank order.
+
+        Raises:
+            RankFailedError: ranks raised; it holds every rank's outcome (`run_outcomes`).
+            CollectiveMismatchError: ranks called collectives that do not match (or deadlocked).
+            CollectiveTimeoutError: a rank never arrived, or the run outlived `timeout`.
         """
         outcomes = self.run_outcomes(
             fn, args, kwargs, size=size, timeout=timeout, pass_rank=pass_rank
@@ -122,10 +143,15 @@ class World:
         a failure of the run itself is (`CollectiveMismatchError`, `DeadlockError`,
         `CollectiveTimeoutError`, a worker process that died).
 
-        `size` selects a sub-world of the first `size` cores (default: all). `timeout` bounds
-        the whole run (default `XLASIM_RUN_TIMEOUT`, else an hour); `collective_timeout` bounds
-        each wait inside a collective. An interrupt (Ctrl-C) while the ranks run releases them
-        before it propagates, so the world serves the next run.
+        An interrupt (Ctrl-C) while the ranks run releases them before it propagates, so the
+        world serves the next run.
+
+        Args:
+            fn, args, kwargs, size, timeout, pass_rank: as for `run`.
+            collect: what each outcome records besides result and error (`Collect`).
+
+        Returns:
+            Every rank's `RankOutcome`, in rank order.
         """
         size = self.size if size is None else size
         if not 1 <= size <= self.size:
