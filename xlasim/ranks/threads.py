@@ -19,6 +19,7 @@ from typing import Any
 from ..base import rank_context
 from ..base.errors import RankAbandoned
 from ..base.topology import Topology
+from ..emulation.rendezvous import Run
 from ..races import watch
 from ..reports import rank_outcome, xla_counters
 from ..reports.callsite import thread_location, thread_stack
@@ -38,7 +39,7 @@ class RankThread:
         self.thread = threading.Thread(target=self._loop, name=f"xlasim-rank-{rank}", daemon=True)
         self.thread.start()
 
-    def submit(self, run: Any, fn: Callable[..., Any], args: tuple, kwargs: dict) -> None:
+    def submit(self, run: Run, fn: Callable[..., Any], args: tuple, kwargs: dict) -> None:
         self.jobs.put((run, fn, args, kwargs))
 
     def retire(self) -> None:
@@ -98,7 +99,7 @@ class RankThread:
 
     def _call(
         self,
-        run: Any,
+        run: Run,
         generator: Any,
         fn: Callable[..., Any],
         args: tuple,
@@ -158,7 +159,7 @@ class ThreadRanks:
         self._threads = [RankThread(r, topology.device_of(r)) for r in range(topology.devices)]
         self._abandoned: list[RankThread] = []
 
-    def dispatch(self, run: Any, jobs: list[tuple[Callable[..., Any], tuple, dict]]) -> None:
+    def dispatch(self, run: Run, jobs: list[tuple[Callable[..., Any], tuple, dict]]) -> None:
         for rank, (fn, args, kwargs) in enumerate(jobs):
             self._threads[rank].submit(run, fn, args, kwargs)
 
@@ -168,14 +169,14 @@ class ThreadRanks:
     def stack(self, rank: int) -> str:
         return self._threads[rank].stack()
 
-    def check(self, run: Any) -> None:
+    def check(self, run: Run) -> None:
         """Threads cannot die under a run without reporting: nothing to watch."""
 
     def flush_events(self) -> None:
         """Rank threads record into this process's recorder, which the trace's writer
         flushes (a stuck thread is abandoned, not killed: its events stay in memory)."""
 
-    def finished(self, run: Any) -> None:
+    def finished(self, run: Run) -> None:
         """Runs hold no resources of this backend."""
 
     def recover(self, stuck: list[int]) -> None:

@@ -15,7 +15,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
-from typing import Any
+from typing import Any, Protocol
 
 from .. import races
 from ..base import rank_context
@@ -30,11 +30,40 @@ from ..base.topology import Topology
 from ..emulation.rendezvous import Run
 from ..machines import settings as pod
 from ..reports import rank_output
-from ..reports.hang_report import rank_span
+from ..reports.hang_report import RankReporter, rank_span
 from ..reports.rank_outcome import RESULT_ONLY, Collect, RankOutcome
 from ..traces import session as traces
 from . import launch_reset
 from .threads import ThreadRanks
+
+#: One rank's job: the function, its positional and its keyword arguments.
+Job = tuple[Callable[..., Any], tuple, dict]
+
+
+class Ranks(RankReporter, Protocol):
+    """A world's warm ranks, wherever they live: threads of this process (`ThreadRanks`) or
+    worker processes (`ProcessRanks`). Each rank also says where it is (`location`, `stack`)."""
+
+    def dispatch(self, run: Run, jobs: list[Job]) -> None:
+        """Start `jobs[r]` on rank r of `run`, for every rank of the run."""
+
+    def check(self, run: Run) -> None:
+        """Raise in the supervising thread what the ranks cannot report themselves (a worker
+        process that died)."""
+
+    def finished(self, run: Run) -> None:
+        """The run ended: let go of what it held."""
+
+    def flush_events(self) -> None:
+        """Write out the events the ranks recorded (docs/events.md), before stuck ranks are
+        replaced."""
+
+    def recover(self, stuck: list[int]) -> None:
+        """Replace the ranks that could not be released, so the next run starts clean."""
+
+    def close(self) -> list[int]:
+        """Stop every rank; return those that could not be stopped."""
+
 
 #: How long released ranks get to unwind after an abort before their threads are replaced.
 RELEASE_GRACE_S = 1.0
@@ -71,7 +100,7 @@ class World:
         self.collective_timeout = (
             default_collective_timeout() if collective_timeout is None else collective_timeout
         )
-        self._ranks = (
+        self._ranks: Ranks = (
             ThreadRanks(topology)
             if topology.threaded and pod.from_environment() is None
             else _process_ranks(topology, self.collective_timeout)
@@ -235,7 +264,7 @@ class World:
         return self._ranks.close()
 
 
-def _process_ranks(topology: Topology, collective_timeout: float):
+def _process_ranks(topology: Topology, collective_timeout: float) -> Ranks:
     settings = pod.from_environment()
     if settings is not None:  # this machine holds a share of a pod's hosts (docs/pods.md)
         from ..machines.ranks import MachineRanks
