@@ -52,7 +52,10 @@ class Topology:
                 f"unknown TPU generation {self.generation!r}; known: {', '.join(GENERATIONS)}"
             )
         if self.devices < 1 or self.processes < 1 or self.hosts < 1:
-            raise DeviceCountError(f"a slice needs at least one of each, got {self.describe()}")
+            raise DeviceCountError(
+                f"a slice needs at least one of each, got {self.devices} cores in "
+                f"{self.processes} processes on {self.hosts} hosts"
+            )
         if self.devices % self.processes:
             raise DeviceCountError(
                 f"{self.devices} cores cannot be split evenly over {self.processes} processes"
