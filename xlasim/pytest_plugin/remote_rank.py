@@ -128,11 +128,8 @@ def _pytest_repr(error: BaseException, style: FailureStyle) -> Any:
         tbstyle = "value"
 
     def cut(info: ExceptionInfo[BaseException]) -> Traceback:
-        full = info.traceback
-        start = 0
-        while start < len(full) - 1 and is_own(str(full[start].path)):
-            start += 1
-        traceback_ = full[start:]
+        full = info.traceback  # the user's frames only (xlasim.reports.frames)
+        traceback_ = full.filter(lambda entry: not is_own(str(entry.path))) or full[-1:]
         if style.path is not None:
             cut_ = traceback_.cut(path=style.path, firstlineno=style.firstlineno)
             if style.firstlineno is None or cut_ == traceback_:

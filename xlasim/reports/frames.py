@@ -1,10 +1,12 @@
 """Which frames of a rank's traceback are the user's: the one place tracebacks are trimmed.
 
 A rank's exception passes through xlasim's own frames (the rank thread, the launch wrappers,
-the plugin's job runner) before it reaches the user's code. Reports start at the first frame
-of the user's code, as pytest's start at the test; an exception with no user frame at all was
-raised by xlasim's own call of the function (arguments that do not fit it), which is itself
-worth knowing (`has_user_frames`).
+the plugin's job runner) before it reaches the user's code, and may be raised in xlasim's
+frames the user's code called into (an emulated collective refusing its arguments). Reports
+start at the first frame of the user's code, as pytest's start at the test, and show the user's
+frames only: on a TPU the same call fails at the same user line. An exception with no user
+frame at all was raised by xlasim's own call of the function (arguments that do not fit it),
+which is itself worth knowing (`has_user_frames`).
 """
 
 from __future__ import annotations
@@ -32,8 +34,20 @@ def first_user(tb: TracebackType | None) -> TracebackType | None:
 
 
 def user_traceback(error: BaseException) -> str:
-    """`error` formatted from the first user frame on (only its message when no user code ran)."""
-    return "".join(traceback.format_exception(type(error), error, first_user(error.__traceback__)))
+    """`error` formatted with the user's frames only, for it and the exceptions it chains (only
+    its message when no user code ran)."""
+    report = traceback.TracebackException.from_exception(error)
+    pending, seen = [report], set()
+    while pending:
+        part = pending.pop()
+        if id(part) in seen:
+            continue
+        seen.add(id(part))
+        part.stack = traceback.StackSummary.from_list(
+            [frame for frame in part.stack if not is_own(frame.filename)]
+        )
+        pending += [chained for chained in (part.__cause__, part.__context__) if chained]
+    return "".join(report.format())
 
 
 def has_user_frames(error: BaseException, text: str = "") -> bool:
