@@ -63,7 +63,7 @@ class RankOutcome:
     size: int
     result: Any = None
     error: BaseException | None = None
-    #: `error` formatted where it was raised, from the first frame of user code.
+    #: `error` formatted where it was raised, the user's frames only.
     traceback: str = ""
     stdout: str = ""
     stderr: str = ""
