@@ -76,8 +76,8 @@ MUST_STAY_LAZY = {
     ("xlasim.pytest_plugin.handles", "torch_xla"),
     ("xlasim.pytest_plugin.handles", "torch_xla.runtime"),
     ("xlasim.pytest_plugin.hardware", "torch_xla._internal"),
-    ("xlasim.pytest_plugin.spmd_workers", "torch_xla.distributed.spmd"),
-    ("xlasim.pytest_plugin.spmd_workers", "xlasim.ranks.processes"),
+    ("xlasim.pytest_plugin.spmd_processes", "torch_xla.distributed.spmd"),
+    ("xlasim.pytest_plugin.spmd_processes", "xlasim.ranks.processes"),
 }
 
 

@@ -107,9 +107,7 @@ def activate(config: pytest.Config) -> None:
             except XlasimError as error:
                 raise pytest.UsageError(f"xlasim: {error}") from None
     if not is_xdist_controller(config):
-        from .spmd_workers import refuse_here
-
-        refuse_here(backend)  # this process runs every test: SPMD here would outlive the test
+        _refuse_spmd_here(backend)  # this process runs every test: SPMD here would outlive it
     config.stash[backend_key] = backend
 
 
@@ -238,3 +236,19 @@ def _explored(
     if failed is not None and item is not None:
         item.add_report_section("call", "xlasim schedule", replay_note(failed, replay(failed)))
     return list(outcomes)
+
+
+def _refuse_spmd_here(backend: str) -> None:
+    """This pytest process runs every test of the session: `xr.use_spmd()` here would stay on.
+
+    Emulated, the guard is among the emulation's patches; natively only the guard is put on."""
+    from ..emulation import spmd
+
+    spmd.refuse_outside_ranks(
+        "this pytest process runs every test of the session, and SPMD cannot be turned off, so "
+        f"every later test would run in SPMD mode. Mark the test {spmd.MARKER}: its body then "
+        "runs once, in a process of its own with SPMD on over the slice's devices (the "
+        "xla_mesh fixture is a 1-D mesh over them)."
+    )
+    if backend != "emulated":
+        spmd.guard()

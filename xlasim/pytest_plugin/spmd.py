@@ -30,7 +30,7 @@ import pytest
 from ..traces import session as traces
 from .outcomes import settle
 from .session import executor, name_trace, traced
-from .spmd_workers import FunctionReference, MeshPlaceholder, wants_spmd, workers
+from .spmd_processes import FunctionReference, MeshPlaceholder, wants_spmd, workers
 from .world_sizes import world_size
 
 _rendering_key = pytest.StashKey[Any]()

@@ -36,7 +36,7 @@ import pytest
 
 from .session import is_active, is_xdist_controller
 from .settings import resolve
-from .spmd_workers import SESSION_ENV, spmd_world_of
+from .spmd_processes import SESSION_ENV, spmd_world_of
 
 #: How often the parent looks at the child's reports.
 _POLL_S = 0.2

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from ..base.topology import Topology
-from .spmd_workers import SESSION_ENV
+from .spmd_processes import SESSION_ENV
 
 _session: dict[str, Any] = json.loads(os.environ[SESSION_ENV])
 

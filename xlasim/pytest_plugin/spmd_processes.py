@@ -1,10 +1,11 @@
-"""The session's SPMD workers, and what runs in them (library side of `spmd`).
+"""The session's SPMD worker processes, pytest's side, and what runs in them (library side of
+`spmd`; the worker process itself is `spmd_worker.py`).
 
 An SPMD test runs in a worker process of its own (`spmd_worker`) with SPMD on over the slice's
 devices: `xr.use_spmd()` is process-wide and cannot be undone. `SpmdWorkers` starts one per
 device count when first needed and replaces a dead or stopped one; `call_spmd_test` is what a
-worker calls, with the `xla_mesh` placeholder swapped for the mesh; `refuse_here` makes
-`xr.use_spmd()` fail everywhere else in the session, naming the marker.
+worker calls, with the `xla_mesh` placeholder swapped for the mesh. Everywhere else in the
+session `xr.use_spmd()` fails, naming the marker (`session.py`).
 """
 
 from __future__ import annotations
@@ -256,19 +257,3 @@ def workers(config: pytest.Config) -> SpmdWorkers:
         config.stash[workers_key] = SpmdWorkers(spmd_world_of(config)[1])
         config.add_cleanup(config.stash[workers_key].close)
     return config.stash[workers_key]
-
-
-def refuse_here(backend: str) -> None:
-    """This pytest process runs every test of the session: `xr.use_spmd()` here would stay on.
-
-    Emulated, the guard is among the emulation's patches; natively only the guard is put on."""
-    from ..emulation import spmd
-
-    spmd.refuse_outside_ranks(
-        "this pytest process runs every test of the session, and SPMD cannot be turned off, so "
-        f"every later test would run in SPMD mode. Mark the test {spmd.MARKER}: its body then "
-        "runs once, in a process of its own with SPMD on over the slice's devices (the "
-        "xla_mesh fixture is a 1-D mesh over them)."
-    )
-    if backend != "emulated":
-        spmd.guard()
