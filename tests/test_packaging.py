@@ -28,3 +28,24 @@ def test_the_command_works_without_pytest() -> None:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "v4-8" in done.stdout
+
+
+def test_the_public_names_are_the_packages_own() -> None:
+    """Users import what they call, catch and read from `xlasim` itself (docs/core-api.md),
+    whatever folder it lives in; importing the package imports no torch."""
+    probe = (
+        "import sys, xlasim\n"
+        "assert 'torch' not in sys.modules\n"
+        "import xlasim.ranks.world\n"  # the module of World: `xlasim.world` stays the function
+        "assert callable(xlasim.world) and xlasim.world.__module__ == 'xlasim.activation'\n"
+        "missing = [n for n in xlasim.__all__ if getattr(xlasim, n, None) is None]\n"
+        "assert not missing, missing\n"
+        "assert xlasim.spmd.as_host and issubclass(xlasim.RankExitError, xlasim.XlasimError)\n"
+        "print(*sorted(xlasim.__all__))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    names = set(done.stdout.split())
+    assert {"RankOutcome", "Collect", "RankExitError", "World", "emulate", "world"} <= names
