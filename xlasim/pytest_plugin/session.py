@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from ..base.emulated_slice import is_emulated
 from ..base.errors import RuntimeAlreadyStartedError, XlasimError
 from ..events.recorder import TRACE_ENV
 from ..traces.session import PLOT_FILE, TraceFiles
@@ -81,7 +82,7 @@ def activate(config: pytest.Config) -> None:
         from .. import activation as core
 
         woken_by = config.stash.get(woken_by_key, None)
-        if woken_by is None or not core.is_emulated():  # else: the conftest's own slice
+        if woken_by is None or not is_emulated():  # else: the conftest's own slice
             wanted = settings.slice()
             progress.say(config, f"xlasim: setting up {settings.describe_slice()} ...")
             try:
