@@ -12,6 +12,8 @@ from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..base.collective_names import XM_COLLECTIVES
+
 _MISSING = object()
 #: (owner, attribute or key, replacement): one patch, as each module of the emulation lists them.
 Patch = tuple[Any, str, Any]
@@ -80,18 +82,7 @@ def _targets() -> list[Patch]:
         (xm, "get_xla_supported_devices", queries.supported_devices(xm.get_xla_supported_devices))
     )
     cores = queries.slice_cores()
-    for name in (
-        "all_reduce",
-        "all_gather",
-        "reduce_scatter",
-        "all_to_all",
-        "collective_permute",
-        "collective_broadcast",
-        "send",
-        "recv",
-        "xla_rendezvous",
-        "rendezvous",
-    ):
+    for name in XM_COLLECTIVES:
         emulated = getattr(collectives, name)
         targets.append(
             (

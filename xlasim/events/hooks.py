@@ -28,25 +28,15 @@ from contextlib import contextmanager
 from types import CodeType
 from typing import Any
 
+from ..base.collective_names import XM_COLLECTIVES
 from . import model, recorder
 
 _local = threading.local()
 _install_lock = threading.Lock()
 
-#: torch_xla's collectives (the names xlasim emulates, plus `mesh_reduce`).
-XM_COLLECTIVES = (
-    "all_reduce",
-    "all_gather",
-    "reduce_scatter",
-    "all_to_all",
-    "collective_permute",
-    "collective_broadcast",
-    "send",
-    "recv",
-    "rendezvous",
-    "xla_rendezvous",
-    "mesh_reduce",
-)
+#: torch_xla's collectives recorded: the names xlasim emulates, plus `mesh_reduce` (torch_xla's
+#: own, built on `xm.rendezvous`: recorded as one collective).
+RECORDED_XM_COLLECTIVES = (*XM_COLLECTIVES, "mesh_reduce")
 DIST_COLLECTIVES = (
     "all_reduce",
     "all_gather",
@@ -451,7 +441,7 @@ def _targets() -> list[tuple[Any, str, Callable[[Callable[..., Any]], Callable[.
     import torch_xla.core.xla_model as xm
 
     targets: list[tuple[Any, str, Callable[[Callable[..., Any]], Callable[..., Any]]]] = []
-    for name in XM_COLLECTIVES:
+    for name in RECORDED_XM_COLLECTIVES:
         group_of = _point_to_point if name in ("send", "recv") else _replica_group
         targets.append((xm, name, functools.partial(_collective, name, group_of=group_of)))
     for name in DIST_COLLECTIVES:
