@@ -403,7 +403,7 @@ def test_a_crash_names_the_signal_and_xlas_fatal_line(tmp_path: Path) -> None:
 
 
 def test_a_bare_assert_is_reported_with_its_line(tmp_path: Path) -> None:
-    message = "xlasim.ranks.world.RankFailedError[AssertionError]: ranks 0, 1, 2 of 3 raised AssertionError: "
+    message = "xlasim.RankFailedError[AssertionError]: ranks 0, 1, 2 of 3 raised AssertionError: "
     quoted = (  # as pytest quotes a rank's traceback in junit
         f"E           {message}\nE           Traceback (most recent call last):\n"
         'E             File "/x/test/pjrt/test_ops.py", line 164, in _all_reduce\n'

@@ -50,6 +50,6 @@ def test_a_temporary_directory_too_long_for_a_socket_is_named(tmp_path):
     done = _launch(tmp_path, long)
     assert done.returncode == 1
     last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith("xlasim.base.errors.XlasimError: the temporary directory"), last
+    assert last.startswith("xlasim.XlasimError: the temporary directory"), last
     assert "set TMPDIR to a shorter directory" in last
     assert list(long.iterdir()) == []

@@ -9,38 +9,48 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from .public import public
+
 if TYPE_CHECKING:
     from ..reports.rank_outcome import RankOutcome
 
 
+@public
 class XlasimError(RuntimeError):
     """Base class of every error raised by the emulator."""
 
 
+@public
 class RuntimeAlreadyStartedError(XlasimError):
     """The XLA runtime started before emulation could choose its device count."""
 
 
+@public
 class DeviceCountError(XlasimError, ValueError):
     """An impossible number of emulated devices was asked for."""
 
 
+@public
 class OutsideWorldError(XlasimError):
     """A collective or rank-only API was called from a thread that is not a rank."""
 
 
+@public
 class CollectiveMismatchError(XlasimError):
     """Ranks called collectives that cannot be matched (another op, shape, dtype, group...)."""
 
 
+@public
 class DeadlockError(CollectiveMismatchError):
     """Every live rank waits and no wait can ever be satisfied: ranks disagree on what comes next."""
 
 
+@public
 class CollectiveTimeoutError(XlasimError):
     """A rank never arrived within the bound; the report lists where every rank was."""
 
 
+@public
 class WorldAbortedError(XlasimError):
     """Raised inside a rank that was released because the run was aborted by another cause."""
 
@@ -56,16 +66,19 @@ class WorldAbortedError(XlasimError):
         return (type(self), (name,))
 
 
+@public
 class UnsupportedCollectiveError(XlasimError):
     """A collective the emulation cannot serve where it is called: an XLA-level collective that
     bypasses torch_xla's Python API, or one in a graph the openxla bridge runs as one XLA program."""
 
 
+@public
 class PodJoinError(XlasimError):
     """Machines could not form a pod: a wrong or missing token, a machine rank taken or out of
     range, or machines that never joined within the bound (xlasim/machines, docs/pods.md)."""
 
 
+@public
 class MachineLostError(XlasimError):
     """Another machine of the pod died, left, or failed during a run; names the machine, its
     hosts and ranks, and what it said or how it went. `machine`: its machine rank, when one
@@ -79,6 +92,7 @@ class MachineLostError(XlasimError):
         return (type(self), (str(self), self.machine))
 
 
+@public
 class RankExitError(XlasimError):
     """A rank that is a thread of the launching process (the threads mode) called `os._exit`
     or `os.abort`: on a TPU VM that ends the rank's own process; here it would end every
@@ -90,6 +104,7 @@ class RankAbandoned(BaseException):
     closed while it was busy) so that it unwinds instead of running on."""
 
 
+@public
 class RankFailedError(XlasimError):
     """One or more ranks raised; holds every rank's `RankOutcome` (`xlasim.reports.rank_outcome`), and by
     rank the failing ones' exceptions and formatted tracebacks."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .errors import OutsideWorldError
+from .public import public
 
 if TYPE_CHECKING:
     from ..emulation.rendezvous import Run
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
 _local = threading.local()
 
 
+@public
 @dataclass(frozen=True)
 class RankContext:
     """One rank's view of the run it belongs to."""

@@ -13,11 +13,13 @@ from dataclasses import dataclass
 
 from .errors import DeviceCountError
 from .generations import GENERATIONS
+from .public import public
 
 #: The TPU generation a slice claims to be unless told otherwise (see `identity.py`).
 DEFAULT_GENERATION = "v5e"
 
 
+@public
 @dataclass(frozen=True)
 class Topology:
     """A slice of `devices` cores in `processes` processes on `hosts` hosts, of a TPU

@@ -19,7 +19,7 @@ _STACK = frozenset({"torch", "torch_xla", "xlasim"})
 
 def compact(error: str) -> str:
     """xlasim's rank failures, shorter: `RankFailedError[X]: ranks 0-7 of 8 raised X: ...`."""
-    error = re.sub(r"\bxlasim\.(?:\w+\.)+(?=\w+Error)", "", error)
+    error = re.sub(r"\bxlasim\.(?:\w+\.)*(?=\w+Error)", "", error)
 
     def span(match: re.Match[str]) -> str:
         ranks = [int(r) for r in match.group(1).split(", ")]

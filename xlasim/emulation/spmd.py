@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..base import emulated_slice, rank_context
 from ..base.errors import XlasimError
+from ..base.public import public
 
 if TYPE_CHECKING:
     from ..base.topology import Topology
@@ -34,6 +35,7 @@ _pod: Topology | None = None
 _acting_host: int | None = None
 
 
+@public
 class SpmdRefusedError(XlasimError):
     """`xr.use_spmd()` was called where it would change what later code runs on."""
 

@@ -19,11 +19,13 @@ from collections.abc import Callable
 from typing import Any
 
 from ..base import rank_context
+from ..base.public import public
 from ..reports.callsite import call_location
 
 _local = threading.local()
 
 
+@public
 class OutsideWorldWarning(UserWarning):
     """A collective ran outside any rank of a slice of several cores, as a world of 1."""
 

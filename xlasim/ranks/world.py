@@ -26,6 +26,7 @@ from ..base.errors import (
     WorldAbortedError,
     launch_inside_rank,
 )
+from ..base.public import public
 from ..base.topology import Topology
 from ..emulation.rendezvous import Run
 from ..machines import settings as pod
@@ -83,6 +84,7 @@ def default_collective_timeout() -> float:
     return float(os.environ.get("XLASIM_TIMEOUT", DEFAULT_COLLECTIVE_TIMEOUT_S))
 
 
+@public
 class World:
     """N emulated cores; `run(fn)` calls `fn(rank, *args)` on each and returns their results.
 
@@ -306,7 +308,8 @@ def _failure_class(failures: list[BaseException]) -> type[RankFailedError]:
     if not issubclass(kind, Exception) or issubclass(kind, RankFailedError):
         return RankFailedError
     try:
-        return type(f"RankFailedError[{kind.__name__}]", (RankFailedError, kind), {})
+        name = f"RankFailedError[{kind.__name__}]"  # printed as xlasim.RankFailedError[...]
+        return type(name, (RankFailedError, kind), {"__module__": RankFailedError.__module__})
     except TypeError:  # incompatible layouts (e.g. OSError): the plain error still names it
         return RankFailedError
 

@@ -27,11 +27,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..base.errors import RankAbandoned, WorldAbortedError, XlasimError
+from ..base.public import public
 from ..events import hooks
 from . import rank_output
 from .frames import user_traceback
 
 
+@public
 @dataclass(frozen=True)
 class Collect:
     """What a run's ranks record in their outcomes beyond result and error."""
@@ -55,6 +57,7 @@ class Collect:
 RESULT_ONLY = Collect()
 
 
+@public
 @dataclass
 class RankOutcome:
     """One rank's end: it returned `result`, or raised `error`."""
