@@ -20,6 +20,7 @@ import torch_xla.distributed.xla_multiprocessing as xmp
 import xlasim
 from xlasim.reports.frames import PACKAGE_DIR
 from xlasim.reports.hang_report import rank_span
+from xlasim.traces import canonical
 
 
 def in_base(rank: int) -> None:
@@ -28,6 +29,14 @@ def in_base(rank: int) -> None:
 
 def in_reports(rank: int) -> None:
     rank_span([])  # IndexError, raised in reports/hang_report.py
+
+
+def in_traces(rank: int) -> None:
+    canonical.parse("all_reduce")  # ValueError: no `rank N` line, raised in traces/canonical.py
+
+
+def in_tpu(rank: int) -> None:
+    xlasim.emulate(arithmetic="bf16")  # ValueError, raised in tpu/arithmetic_choice.py
 
 
 def in_emulation(rank: int) -> None:
@@ -55,6 +64,8 @@ def raised_in(error: BaseException) -> Path:
     [
         (in_base, "base", "xlasim.Topology(devices=0)"),
         (in_reports, "reports", "rank_span([])"),
+        (in_traces, "traces", 'canonical.parse("all_reduce")'),
+        (in_tpu, "tpu", 'xlasim.emulate(arithmetic="bf16")'),
         (in_emulation, "emulation", 'xm.all_reduce("bogus"'),
         (in_ranks, "ranks", "xmp.spawn(print)"),
         (in_entry_points, "", "xlasim.emulate(devices=-1)"),
