@@ -115,6 +115,9 @@ def emulate(
         hosts: emulated hosts (default `XLASIM_HOSTS`, else 1).
         topology: a named preset instead of the counts (`XLASIM_TOPOLOGY`; `xlasim topologies`
             lists them).
+        arithmetic: how f32 matmuls and convolutions compute, `"tpu"` or `"exact"` (default
+            `XLASIM_ARITHMETIC`, else `"tpu"`); set in the environment, so worker processes
+            and later jobs inherit it.
 
     Returns:
         The emulated slice.
@@ -122,6 +125,7 @@ def emulate(
     Raises:
         DeviceCountError: an impossible count, or more cores than this machine's memory holds.
         RuntimeAlreadyStartedError: the XLA runtime, or emulation, already started otherwise.
+        ValueError: an arithmetic other than `"tpu"` or `"exact"`.
     """
     started = emulated_slice.current()
     if emulated_slice.in_worker():  # the launching script, imported by a worker: its slice is
