@@ -186,13 +186,13 @@ def run_target(options: argparse.Namespace) -> int:
 def _enter_pod(slice) -> None:
     """On a machine of a pod, check the slice spreads over the machines and make this process
     answer as the first host this machine holds (as the launching host of a TPU VM does)."""
-    from . import activation
+    from .base import emulated_slice
     from .machines.settings import from_environment
 
     settings = from_environment()
     if settings is not None:
         settings.check(slice)
-        activation.move_to_host(settings.hosts_of(slice, settings.machine_rank).start)
+        emulated_slice.move_to_host(settings.hosts_of(slice, settings.machine_rank).start)
 
 
 REPORT_ENV = "XLASIM_RUN_REPORT"
