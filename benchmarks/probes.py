@@ -1,6 +1,7 @@
 """Worker: the non-collective measures, each in a fresh process of its own.
 
-`python benchmarks/probes.py startup|dispatch|rss [--mode isolated|threads]` prints one record.
+`python benchmarks/probes.py startup|dispatch|rss|accounting [--mode isolated|threads]` prints
+one record.
 A fresh process is the point: start-up must include starting the XLA runtime and the ranks
 (threads, or the zygote and the worker processes forked from it), and memory must be the
 world's, not what earlier measures left behind.
@@ -112,6 +113,73 @@ def dispatch(mode: str) -> dict:
     }
 
 
+ACCOUNTING_CALLS, ACCOUNTING_ROUNDS = 50, 10
+
+
+def timed_all_reduces(rank: int, accounting: bool) -> float:
+    """Median seconds of a 4 KB all_reduce on this rank, HBM accounting on or off in its
+    process (xlasim/tpu/memory.py)."""
+    import torch
+    import torch_xla.core.xla_model as xm
+
+    import xlasim
+    from xlasim.tpu import memory
+
+    memory.set_accounting(accounting)
+    x = torch.ones(TINY_ELEMENTS, device=torch.device(xlasim.current().device))
+    samples = sorted(
+        timed(lambda: xm.all_reduce(xm.REDUCE_SUM, x)) for _ in range(ACCOUNTING_CALLS)
+    )
+    memory.set_accounting(True)
+    return statistics.median(samples)
+
+
+def timed_checks(rank: int) -> float:
+    """Median seconds of the ledger's check before a collective (its floor), on this rank."""
+    import torch
+
+    import xlasim
+    from xlasim.tpu import memory
+
+    device = xlasim.current().device
+    x = torch.ones(TINY_ELEMENTS, device=torch.device(device))
+    return statistics.median(
+        timed(lambda: memory.before_execution(device, [x])) for _ in range(ACCOUNTING_CALLS)
+    )
+
+
+def accounting(mode: str) -> dict:
+    """A 4 KB all_reduce on 8 ranks with the HBM ledger on and off, alternated in one warm
+    world: the ledger's cost, as the median of each round's on / off ratio (a round's two
+    halves run back to back: a shared machine's load drifts less within a round than across
+    rounds). The order flips from round to round (on, off, off, on, ...): whichever ran first
+    in a round was up to 6% slower with the ledger on in both (2026-11-26), more than the
+    ledger costs."""
+    import xlasim
+
+    emulate(DISPATCH_DEVICES, mode)
+    world = xlasim.world()
+    world.run(tiny_all_reduce)
+    samples: dict[bool, list[float]] = {True: [], False: []}
+    for round_index in range(ACCOUNTING_ROUNDS):
+        for accounting in (True, False) if round_index % 2 == 0 else (False, True):
+            samples[accounting].append(
+                statistics.median(world.run(timed_all_reduces, (accounting,)))
+            )
+    on, off = samples[True], samples[False]
+    return {
+        "check_s": statistics.median(world.run(timed_checks)),
+        "op": "all_reduce_accounting",
+        "mode": mode,
+        "devices": DISPATCH_DEVICES,
+        "bytes": TINY_ELEMENTS * 4,
+        "topology": world.topology.describe(),
+        "xlasim_s": statistics.median(on),
+        "without_accounting_s": statistics.median(off),
+        "accounting_over_off": statistics.median(a / b for a, b in zip(on, off)),
+    }
+
+
 def kib_field(path: Path, field: str) -> int:
     """A `kB` field of a /proc status-like file, in bytes."""
     with path.open() as lines:
@@ -207,7 +275,12 @@ def rss(mode: str) -> dict:
     }
 
 
-PROBES: dict[str, Callable[[str], dict]] = {"startup": startup, "dispatch": dispatch, "rss": rss}
+PROBES: dict[str, Callable[[str], dict]] = {
+    "startup": startup,
+    "dispatch": dispatch,
+    "rss": rss,
+    "accounting": accounting,
+}
 
 
 def main() -> None:

@@ -265,6 +265,24 @@ def issue26_targets(mode: str) -> list[Target]:
     ]
 
 
+#: Issue 23: what the HBM ledger (xlasim/tpu/memory.py) costs a small collective, on and off
+#: alternated in one warm world (benchmarks/probes.py accounting).
+ISSUE23_TARGETS = [
+    Target(
+        23,
+        f"[{mode}] all_reduce 4 KB, N=8: HBM accounting on / off",
+        "all_reduce_accounting",
+        4 * KIB,
+        8,
+        mode,
+        "accounting_over_off",
+        "<=",
+        1.1,
+        times,
+    )
+    for mode in MODES
+]
+
 ISSUE26_DEMO_TARGET = Target(
     26,
     "[isolated] demo training step, 8 cores: tracing on / off",
@@ -335,6 +353,7 @@ TARGETS = (
         1.3,
         times,
     ),
+    *ISSUE23_TARGETS,
     *(target for mode in MODES for target in issue26_targets(mode)),
     ISSUE26_DEMO_TARGET,
     *ISSUE27_TARGETS,

@@ -37,8 +37,8 @@ Record = dict[str, Any]
 EMULATED_TIMEOUT_S = {"threads": 300.0, "isolated": 600.0}
 GLOO_TIMEOUT_S = {2: 180.0, 8: 240.0, 32: 420.0}
 #: The memory probe starts 64 worker processes in isolated mode: a minute on a loaded machine.
-PROBE_TIMEOUT_S = {"startup": 240.0, "dispatch": 240.0, "rss": 600.0}
-PROBES = ("startup", "dispatch", "rss")
+PROBE_TIMEOUT_S = {"startup": 240.0, "dispatch": 240.0, "rss": 600.0, "accounting": 300.0}
+PROBES = ("startup", "dispatch", "rss", "accounting")
 #: The compile case (issue 24): one rank, then 8 in each mode, then 8 threads taking turns at
 #: compiling (`--share`); a loaded machine needs minutes for each.
 COMPILE_CASES = (

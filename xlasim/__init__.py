@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from .emulation.world_of_one import OutsideWorldWarning
     from .ranks.world import World
     from .reports.rank_outcome import Collect, RankOutcome
+    from .tpu.memory import HostMemoryError, ResourceExhaustedError
 
 #: The public names and the modules they live in, imported on first use: importing the package
 #: (as pytest does for the plugin in every session of an environment that has xlasim) must not
@@ -62,6 +63,8 @@ _EXPORTS = {
     "SpmdRefusedError": "emulation.spmd",
     "OutsideWorldWarning": "emulation.world_of_one",
     "World": "ranks.world",
+    "ResourceExhaustedError": "tpu.memory",
+    "HostMemoryError": "tpu.memory",
 }
 #: Public modules by the name users know them by (`xlasim.spmd.as_host`).
 _MODULES = {"spmd": "emulation.spmd"}
@@ -72,6 +75,7 @@ __all__ = [
     "CollectiveTimeoutError",
     "DeadlockError",
     "DeviceCountError",
+    "HostMemoryError",
     "MachineLostError",
     "OutsideWorldError",
     "OutsideWorldWarning",
@@ -80,6 +84,7 @@ __all__ = [
     "RankExitError",
     "RankFailedError",
     "RankOutcome",
+    "ResourceExhaustedError",
     "RuntimeAlreadyStartedError",
     "SpmdRefusedError",
     "Topology",

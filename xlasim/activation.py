@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from .base import emulated_slice, rank_context
 from .base.emulated_slice import DEVICES_ENV
 from .base.errors import DeviceCountError, RuntimeAlreadyStartedError, XlasimError
+from .base.host_memory import available_memory
 from .base.topology import Topology, preset
 from .emulation import patches
 from .tpu.arithmetic_choice import ARITHMETIC_ENV, check_arithmetic
@@ -32,19 +33,6 @@ TOPOLOGY_ENV = "XLASIM_TOPOLOGY"
 BYTES_PER_THREAD_CORE = 48 * 2**20
 BYTES_PER_PROCESS_CORE = 192 * 2**20
 HARD_MAX_DEVICES = 1024
-
-
-def available_memory() -> int | None:
-    """What the kernel says can still be given to programs (free memory plus reclaimable page
-    cache: `MemAvailable`), or None where that is not known."""
-    try:
-        with open("/proc/meminfo") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
 
 
 def max_devices(threaded: bool = False) -> int:

@@ -95,7 +95,7 @@ def test_presets_describe_their_cloud_tpu_slice(
     assert env["TPU_CHIPS_PER_PROCESS_BOUNDS"] == chips_per_host
     assert env["TPU_PROCESS_BOUNDS"] == host_bounds
     assert identity.generation.device_kind == kind
-    assert identity.memory_info(bytes_used=0)["bytes_limit"] == memory
+    assert identity.generation.memory_per_core == memory  # xm.get_memory_info's bytes_limit
 
 
 def test_two_core_chips_number_their_cores_and_share_coordinates():

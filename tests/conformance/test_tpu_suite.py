@@ -18,9 +18,11 @@ from pathlib import Path
 
 import pytest
 
+from xlasim.conformance import discovery
 from xlasim.conformance.baseline import BRANCHES, CLOSES, OPENS, UNKNOWN, compare
 from xlasim.conformance.classify import (
     EMULATION_LIMIT,
+    EXPECTED_FAILURE,
     FAILED,
     FAILS_NATIVELY,
     NEEDS_PACKAGE,
@@ -31,6 +33,7 @@ from xlasim.conformance.classify import (
     failure,
 )
 from xlasim.conformance.discovery import PYTEST, SCRIPT, Job, discover
+from xlasim.conformance.execution import Slice, command, native_command
 from xlasim.conformance.gates import find_gates, function_of
 from xlasim.conformance.table import failing, format_table
 
@@ -160,6 +163,8 @@ def test_the_comparison_names_what_the_identity_changed() -> None:
     assert [r.result for r in unknown] == [r.result for r in emulated]
     summary = format_table(rows).splitlines()[-1]
     assert summary.endswith("the identity branches 1, closes 1, opens 2, leaves 3 untouched")
+    untouched = format_table([rows[-1]]).splitlines()[-1]
+    assert untouched.endswith("1 passed; the identity leaves 1 untouched")
 
 
 # One runner run over a miniature tree.
@@ -182,6 +187,11 @@ class Gated(unittest.TestCase):
   @unittest.skipIf(xr.device_type() != 'TPU', 'This test only works on TPU.')
   def test_opened_fails(self):
     self.assertEqual(xm.xla_device_hw(torch_xla.device()), 'GPU')
+
+  @unittest.skipIf(xr.device_type() != 'TPU', 'This test only works on TPU.')
+  @unittest.expectedFailure
+  def test_opened_expected_failure(self):
+    self.assertEqual(1, 2)
 
   @unittest.skipIf(xr.device_type() == 'TPU', 'Not supported on TPU')
   def test_closed(self):
@@ -231,6 +241,19 @@ def test_the_tpu_suite_is_the_gated_files_no_other_suite_takes(tree: Path) -> No
     ]
 
 
+def test_a_file_whose_tests_need_a_process_each_gets_a_job_per_test(tree, monkeypatch) -> None:
+    """As torch_xla's TPU CI runs test_mat_mul_precision.py: one process per test, in its order."""
+    tests = ("Gated::test_opened", "Gated::test_closed")
+    monkeypatch.setitem(discovery.ONE_PROCESS_PER_TEST, "test_gated.py", tests)
+    jobs = [job for job in discover(tree, "tpu") if job.rel == "test_gated.py"]
+    assert [job.test for job in jobs] == list(tests)
+    assert len({job.slug for job in jobs}) == 2
+    for job, test in zip(jobs, tests):
+        target = f"{tree / 'test_gated.py'}::{test}"
+        assert target in command(job, Slice(1, None), tree / "junit.xml")
+        assert target in native_command(job, tree / "junit.xml")
+
+
 @pytest.fixture(scope="module")
 def run(tree: Path, tmp_path_factory: pytest.TempPathFactory):
     out = tmp_path_factory.mktemp("out")
@@ -254,6 +277,11 @@ def test_each_test_is_run_natively_and_emulated_and_compared(run) -> None:
     assert got == {
         "test_opened": (PASSED, OPENS, "skipped: This test only works on TPU."),
         "test_opened_fails": (FAILED, OPENS, "skipped: This test only works on TPU."),
+        "test_opened_expected_failure": (
+            EXPECTED_FAILURE,
+            OPENS,
+            "skipped: This test only works on TPU.",
+        ),
         "test_closed": (SKIPPED, CLOSES, "passed"),
         "test_untouched": (PASSED, "", "passed"),
         "test_fails_everywhere": (
@@ -270,7 +298,7 @@ def test_an_opened_test_that_fails_fails_the_run(run) -> None:
     assert done.returncode == 1, done.stderr[-3000:]
     header = [cell.strip() for cell in done.stdout.splitlines()[0].split("|")[1:-1]]
     assert header[-2:] == ["identity", "natively"]
-    assert done.stdout.rstrip().endswith("the identity closes 1, opens 2, leaves 2 untouched")
+    assert done.stdout.rstrip().endswith("the identity closes 1, opens 3, leaves 2 untouched")
 
 
 def test_a_documented_limit_of_emulation_is_named_only_on_its_signature(tmp_path: Path) -> None:

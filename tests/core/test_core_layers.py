@@ -62,6 +62,7 @@ MUST_STAY_LAZY = {
     ("xlasim.events.hooks", "torch_xla.core.xla_model"),
     ("xlasim.events.hooks", "torch_xla.runtime"),
     ("xlasim.events.hooks", "xlasim.reports.callsite"),
+    ("xlasim.emulation.patches", "torch_xla"),
     ("xlasim.emulation.patches", "torch_xla.core.xla_model"),
     ("xlasim.emulation.patches", "torch_xla.runtime"),
     ("xlasim.emulation.patches", "xlasim.emulation.collectives"),

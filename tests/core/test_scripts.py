@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from xlasim.activation import BYTES_PER_PROCESS_CORE, available_memory
+from xlasim.activation import BYTES_PER_PROCESS_CORE
+from xlasim.base.host_memory import available_memory
 
 ROOT = Path(__file__).resolve().parents[2]
 MNIST = ROOT / "fixtures" / "mnist_xla.py"

@@ -234,27 +234,50 @@ def test_the_setting_reads_back_as_set(world, precision):
     assert world.run(set_and_get, size=1) == ["high"]
 
 
-def change_precision_between_dots(rank) -> list[str]:
-    """Warnings of a dot traced at 'default', then of one traced after the setting changed."""
-    a = torch.randn(4, 4, device=torch_xla.device())
-    caught = []
-    for setting in ("default", "high"):
+def _operands() -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(5)
+    return torch.randn(8, 64, generator=generator), torch.randn(64, 8, generator=generator)
+
+
+def products_around_a_change(rank, first: str, then: str) -> dict:
+    """`a @ b` traced at `first`; then, at `then`, the same structure again (new tensors, same
+    graph) and another structure (`(a * 1.5) @ b`), with the warnings of each."""
+    a, b = _operands()
+    device = torch_xla.device()
+    results = {}
+    for name, setting, lhs in (
+        ("first", first, lambda: a.to(device)),
+        ("same structure", then, lambda: a.to(device)),
+        ("other structure", then, lambda: a.to(device) * 1.5),
+    ):
         torch_xla.backends.set_mat_mul_precision(setting)
         with warnings.catch_warnings(record=True) as seen:
             warnings.simplefilter("always")
-            a @ a
-        caught.append([str(w.message) for w in seen if w.category is PrecisionChangeWarning])
-    return caught
+            product = (lhs() @ b.to(device)).cpu()
+        warned = [str(w.message) for w in seen if w.category is PrecisionChangeWarning]
+        results[name] = (product, warned)
+    return results
 
 
-def test_a_precision_changed_after_dots_were_traced_is_warned_about(world, precision):
-    """On a TPU the graphs compiled before keep the old precision (torch_xla's cache does not
-    key on it): said here, where every later trace takes the new one."""
-    [(before, after)] = world.run(change_precision_between_dots, size=1)
-    assert before == [] or "'default' now" in before[0]  # an earlier test may have left 'high'
-    assert len(after) == 1
-    assert "is 'high' now, after dots were traced at 'default'" in after[0]
-    assert "on a TPU a graph compiled before the change still computes at 'default'" in after[0]
+def test_a_graph_compiled_before_a_precision_change_keeps_its_precision(world, precision):
+    """As on a TPU, where torch_xla's compilation cache does not key on the precision: a dot of
+    a structure compiled at 'highest' computes at 'highest' after the setting went 'default'
+    (warned about), another structure takes 'default', and a new launch (new TPU processes)
+    starts with nothing compiled."""
+    [changed] = world.run(products_around_a_change, ("highest", "default"), size=1)
+    [fresh] = world.run(products_around_a_change, ("default", "default"), size=1)
+    [highest_first] = world.run(products_around_a_change, ("highest", "highest"), size=1)
+    highest, _ = highest_first["first"]
+    default, _ = fresh["first"]
+    assert not torch.equal(highest, default)
+    again, warned = changed["same structure"]
+    assert torch.equal(again, highest)
+    assert len(warned) == 1
+    assert "this mm computes at 'highest', not at torch_xla's setting 'default'" in warned[0]
+    other, warned = changed["other structure"]
+    assert torch.equal(other, fresh["other structure"][0])
+    assert warned == []
+    assert torch.equal(changed["first"][0], highest)
 
 
 # ------------------------------------------------------------------------------ in the graph
@@ -373,9 +396,11 @@ import torch_xla.runtime as xr
 xr.use_spmd()
 mesh = xs.Mesh(np.arange(xr.global_runtime_device_count()), (2, 1))
 generator = torch.Generator().manual_seed(3)
-a, b = torch.randn(8, 64, generator=generator), torch.randn(64, 8, generator=generator)
-truth = a.double() @ b.double()
-for setting in ("default", "high", "highest"):
+# A contraction of its own for each precision: a TPU runs a graph compiled before the setting
+# changed at its old precision (docs/tpu-arithmetic.md), and so does the emulated one.
+for setting, inner in (("default", 64), ("high", 72), ("highest", 80)):
+    a, b = torch.randn(8, inner, generator=generator), torch.randn(inner, 8, generator=generator)
+    truth = a.double() @ b.double()
     torch_xla.backends.set_mat_mul_precision(setting)
     x, w = a.to(torch_xla.device()), b.to(torch_xla.device())
     xs.mark_sharding(x, mesh, (None, 0))  # the contraction is sharded: partial sums all-reduced

@@ -41,6 +41,7 @@ def test_outside_a_launch_is_torch_xlas_world_of_one() -> None:
     emulated = run("-m", "xlasim", "run", "--devices", "1")
     assert emulated == native
     assert native["world_size"] == 1 and native["rendezvous"] == ["mine"]
+    assert native["process_group"] == {"rank": 0, "size": 1, "sum": [0.0, 1.0, 2.0, 3.0]}
     assert native["warnings"] == []
 
 

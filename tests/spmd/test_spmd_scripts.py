@@ -46,7 +46,7 @@ def run_script(tmp_path, text: str, *options: str) -> subprocess.CompletedProces
 
 def test_xla_process_group_is_refused_under_spmd(tmp_path) -> None:
     """torch_xla refuses the xla backend in an SPMD program (its test/spmd expects exactly this
-    AssertionError); outside a rank xlasim would otherwise say OutsideWorldError first."""
+    AssertionError), not the group of 1 xlasim makes outside a rank of a replica program."""
     done = run_script(tmp_path, SCRIPT, "--processes", "1")
     assert "refused: XLA backend is not supported with SPMD" in done.stdout
 

@@ -124,14 +124,6 @@ class Identity:
             attributes.update(slice_index=slice_index, num_slices=self.slices)
         return attributes
 
-    def memory_info(self, bytes_used: int) -> dict[str, int]:
-        """`xm.get_memory_info`: the generation's HBM per device as the limit."""
-        return {
-            "bytes_used": bytes_used,
-            "bytes_limit": self.generation.memory_per_core,
-            "peak_bytes_used": bytes_used,
-        }
-
 
 def _bounds(shape: tuple[int, int, int]) -> str:
     return ",".join(map(str, shape))

@@ -43,6 +43,9 @@ TIMED_OUT = "timed out"
 CRASHED = "crashed"
 SILENT_SKIP = "silent skip"
 SKIPPED = "skipped"
+#: A test marked as expected to fail (`unittest.expectedFailure`, `pytest.mark.xfail`) that ran
+#: and failed: what its authors ask of it (junit files it as skipped, type `pytest.xfail`).
+EXPECTED_FAILURE = "expected failure"
 NEEDS_PACKAGE = "needs package"
 NEEDS_TPU_HARDWARE = "needs TPU"
 KNOWN_BUG = "known bug"
@@ -226,6 +229,8 @@ def _case_row(job: Job, case: ET.Element) -> Row:
         result, reason = failure(job, id, *problem)
         return _row(job, result, seconds, reason, id)
     skipped = case.find("skipped")
+    if skipped is not None and skipped.get("type") == "pytest.xfail":
+        return _row(job, EXPECTED_FAILURE, seconds, skipped.get("message", "").strip(), id)
     if skipped is not None:
         return _row(job, SKIPPED, seconds, skipped.get("message", "").strip(), id)
     properties = {p.get("name"): p.get("value") for p in case.iter("property")}

@@ -25,7 +25,7 @@ import ast
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .expectations import SCRIPT_ARGS, SCRIPT_ONLY
+from .expectations import ONE_PROCESS_PER_TEST, SCRIPT_ARGS, SCRIPT_ONLY
 from .gates import Gates, find_gates
 
 SCRIPT = "script"
@@ -72,7 +72,8 @@ _NAMED = tuple(p for name in ("mp", "spmd") for part in SUITES[name] for p in pa
 
 @dataclass(frozen=True)
 class Job:
-    """One file in one mode; `deselect`: pytest ids not to run (tests that crashed the file)."""
+    """One file in one mode; `deselect`: pytest ids not to run (tests that crashed the file);
+    `test`: the one test to run (`Class::test`), when the file's tests need a process each."""
 
     root: Path
     path: Path
@@ -83,19 +84,26 @@ class Job:
     #: Run natively first and compare (the `tpu` suite), knowing the file's TPU gates.
     baseline: bool = False
     gates: Gates | None = None
+    test: str = ""
 
     @property
     def rel(self) -> str:
         return self.path.relative_to(self.root).as_posix()
 
     @property
+    def target(self) -> str:
+        """What pytest or python is given: the file, or its one test."""
+        return f"{self.path}::{self.test}" if self.test else str(self.path)
+
+    @property
     def label(self) -> str:
-        return f"{self.rel} [{self.mode}]"
+        return f"{self.rel}{'::' + self.test if self.test else ''} [{self.mode}]"
 
     @property
     def slug(self) -> str:
         """A directory name for this job's files."""
-        return f"{self.rel.replace('/', '__')}.{self.mode}"
+        test = f".{self.test.replace('::', '.')}" if self.test else ""
+        return f"{self.rel.replace('/', '__')}{test}.{self.mode}"
 
 
 def discover(root: Path, suite: str, select: str | None = None) -> list[Job]:
@@ -131,6 +139,11 @@ def _gated_jobs(root: Path, path: Path, source: str) -> list[Job]:
         return []
     rel = path.relative_to(root).as_posix()
     has_tests = _has_tests(tree, _sibling_test_cases(tree, path.parent))
+    if has_tests and rel in ONE_PROCESS_PER_TEST:
+        return [
+            Job(root, path, PYTEST, False, baseline=True, gates=gates, test=test)
+            for test in ONE_PROCESS_PER_TEST[rel]
+        ]
     if has_tests and rel not in SCRIPT_ONLY:
         return [Job(root, path, PYTEST, False, baseline=True, gates=gates)]
     if _has_main(tree):

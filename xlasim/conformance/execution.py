@@ -141,7 +141,7 @@ def command(job: Job, slice: Slice, junit: Path) -> list[str]:
             "pytest",
             f"--xla-devices={slice.devices}",
             *processes,
-            str(job.path),
+            job.target,
             f"--rootdir={job.root}",
             # Prepend, pytest's default: test/ is a package, so the checkout's root goes on
             # sys.path and a test module is `test.pjrt.test_x`, a name worker processes can
@@ -180,7 +180,7 @@ def native_command(job: Job, junit: Path) -> list[str]:
         # installed package.
         "-p",
         "torch_xla",
-        str(job.path),
+        job.target,
         f"--rootdir={job.root}",
         "--import-mode=prepend",
         *probed_pytest_options(junit, job.deselect),

@@ -46,8 +46,9 @@ def format_table(rows: Sequence[Row]) -> str:
     total = ", ".join(f"{n} {result}" for result, n in sorted(counts.items()))
     if compared:
         touched = Counter(row.identity for row in rows if row.identity)
-        total += "; the identity " + ", ".join(f"{k} {n}" for k, n in sorted(touched.items()))
-        total += f", leaves {len(rows) - sum(touched.values())} untouched"
+        changes = [f"{k} {n}" for k, n in sorted(touched.items())]
+        changes.append(f"leaves {len(rows) - sum(touched.values())} untouched")
+        total += "; the identity " + ", ".join(changes)
     return "\n".join([line(header), rule, *map(line, cells), "", f"{len(rows)} rows: {total}"])
 
 

@@ -21,9 +21,11 @@ from torch.distributed import distributed_c10d as c10d
 
 from ..base import rank_context
 from ..reports.callsite import call_location
+from . import queries
 from .collectives import check_received
 from .rendezvous import Call
 from .transfer import to_device, to_host
+from .world_of_one import or_world_of_one, warn_outside
 
 _GROUP_NAME_STRIDE = 1_000_000
 
@@ -94,12 +96,17 @@ class _RegistryProxy:
 def _xla_rendezvous(url: str, timeout=..., **kwargs):  # the default of torch_xla's handler
     import torch_xla.runtime as xr
 
-    if rank_context.current() is None and xr.is_spmd():
-        # An SPMD program (`xlasim run` of an SPMD script): torch_xla's own backend refuses
-        # it ("XLA backend is not supported with SPMD"), as its test/spmd expects.
+    ctx = rank_context.current()
+    if ctx is None:
+        # Outside any rank: rank 0 of a world of 1, as torch_xla's own handler answers in a
+        # TPU VM process that never spawned (world_of_one.py); the store is only the group's
+        # barrier, so one of this process does (torch_xla's listens on port 12355). In an SPMD
+        # program (`xlasim run` of an SPMD script) torch_xla's backend then refuses the group
+        # ("XLA backend is not supported with SPMD"), as its test/spmd expects.
+        if not xr.is_spmd():
+            warn_outside("init_process_group('xla')", queries.slice_cores())
         yield (dist.HashStore(), 0, 1)
         return
-    ctx = rank_context.require("init_process_group('xla')")
     store = ctx.run.store()
     yield (store, ctx.rank, ctx.world_size)
 
@@ -160,18 +167,24 @@ def _recv(self, out_tensors, src_rank, tag=0):
     return _ret_work(out_tensors)
 
 
-def patches() -> list[tuple[Any, str, Any]]:
-    """(owner, attribute, replacement) triples that route torch.distributed through the emulation."""
+def patches(cores: int) -> list[tuple[Any, str, Any]]:
+    """(owner, attribute, replacement) triples that route torch.distributed through the
+    emulation; outside any rank the `xla` group is torch_xla's own, in a world of 1.
+
+    Args:
+        cores: the emulated slice's cores (a group made outside any rank warns on several).
+    """
     import importlib
 
     from torch_xla.distributed.xla_backend import ProcessGroupXla
 
     handlers = importlib.import_module("torch.distributed.rendezvous")._rendezvous_handlers
+    group = ProcessGroupXla
     return [
         (c10d, "_world", _RegistryProxy(c10d._world)),
-        (ProcessGroupXla, "barrier", _barrier),
-        (ProcessGroupXla, "send", _send),
-        (ProcessGroupXla, "recv", _recv),
+        (group, "barrier", or_world_of_one(_barrier, group.barrier, "dist.barrier", cores)),
+        (group, "send", or_world_of_one(_send, group.send, "dist.send", cores)),
+        (group, "recv", or_world_of_one(_recv, group.recv, "dist.recv", cores)),
         (
             c10d,
             "_unregister_all_process_groups",

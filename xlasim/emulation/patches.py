@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..base.collective_names import XM_COLLECTIVES
+from ..base.host_memory import available_memory
 
 _MISSING = object()
 #: (owner, attribute or key, replacement): one patch, as each module of the emulation lists them.
@@ -91,7 +92,7 @@ def _targets() -> list[Patch]:
                 world_of_one.or_world_of_one(emulated, getattr(xm, name), f"xm.{name}", cores),
             )
         )
-    targets += distributed.patches()
+    targets += distributed.patches(cores)
     targets += seeding.patches()
     targets += compiled.patches()
     targets += traced_counters.patches()
@@ -111,13 +112,20 @@ def install(*more: Callable[[], list[Patch]]) -> None:
     global _more
     if _installed:
         return
+    import torch_xla
+
+    from ..tpu import arithmetic, memory
+    from . import queries
+
     _more = more
     for owner, name, replacement in _targets() + [t for listed in more for t in listed()]:
+        if owner is torch_xla._XLAC and name == "_xla_step_marker":
+            # around compilation/turns.py's step marker: the HBM is checked before a turn
+            replacement = memory.guarded_step_marker(replacement)
         _installed.append(Replaced(owner, name, _get(owner, name), replacement))
         _set(owner, name, replacement)
-    from ..tpu import arithmetic
-
     arithmetic.install()
+    memory.configure(queries.hbm_per_device(), available_memory)
 
 
 def installed() -> list[Replaced]:

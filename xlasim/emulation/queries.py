@@ -16,6 +16,7 @@ from typing import Any
 
 from ..base import emulated_slice, rank_context
 from ..base.identity import Identity
+from ..tpu import memory
 
 DEVICE_TYPE = "TPU"
 
@@ -85,6 +86,11 @@ def _identity() -> Identity:
     return Identity.of(emulated_slice.topology())
 
 
+def hbm_per_device() -> int:
+    """The emulated generation's HBM per XLA device (a TensorCore, or a megacore chip)."""
+    return _identity().generation.memory_per_core
+
+
 def slice_cores() -> int:
     """How many cores the emulated slice has."""
     return _identity().topology.devices
@@ -150,9 +156,6 @@ def identity_patches() -> list[tuple[Any, str, Any]]:
     def num_available_chips() -> int:
         return _identity().chips_per_host
 
-    def get_memory_info(device: Any = None) -> dict[str, int]:
-        return _identity().memory_info(bytes_used=0)
-
     def global_runtime_device_attributes() -> list[dict[str, object]]:
         identity = _identity()
         return [identity.device_attributes(i) for i in range(identity.topology.devices)]
@@ -164,7 +167,7 @@ def identity_patches() -> list[tuple[Any, str, Any]]:
         (xm, "_xla_real_device", _xla_real_device),
         (xm, "xla_replication_devices", xla_replication_devices),
         (xm, "xla_device_kind", xla_device_kind),
-        (xm, "get_memory_info", get_memory_info),
+        (xm, "get_memory_info", memory.memory_info),
         (torch_xla, "real_devices", real_devices),
         (tpu, "get_tpu_env", get_tpu_env),
         (tpu, "get_worker_ips", get_worker_ips),

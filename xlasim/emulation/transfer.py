@@ -16,6 +16,8 @@ import torch
 import torch_xla
 from torch.utils.dlpack import to_dlpack
 
+from ..tpu import memory
+
 _capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
 _capsule_pointer.restype = ctypes.c_void_p
 _capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
@@ -31,8 +33,10 @@ def to_host(tensors: Sequence[torch.Tensor], copy: bool = False) -> list[torch.T
     device buffers, valid while the XLA tensors live; `copy=True` gives independent copies
     (needed when the values leave this process).
     """
-    xla = [t.detach() for t in tensors if t.device.type == "xla"]
-    if xla:
+    xla = [t for t in tensors if t.device.type == "xla"]
+    if xla:  # the HBM the inputs' graph would take is checked before it runs (xlasim/tpu/memory.py)
+        memory.before_execution(str(xla[0].device), xla)
+        xla = [t.detach() for t in xla]
         torch_xla._XLAC._xla_sync_multi(xla, devices=[], wait=True, sync_xla_data=False)
     views = iter([torch.from_dlpack(torch_xla._XLAC._to_dlpack(t)) for t in xla])
     host = [next(views) if t.device.type == "xla" else t.detach() for t in tensors]

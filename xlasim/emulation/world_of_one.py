@@ -30,7 +30,13 @@ class OutsideWorldWarning(UserWarning):
     """A collective ran outside any rank of a slice of several cores, as a world of 1."""
 
 
-def _warn(api: str, cores: int) -> None:
+def warn_outside(api: str, cores: int) -> None:
+    """Warn that `api` ran outside any rank of a slice of `cores` cores (none for one core).
+
+    Args:
+        api: what the user called (`xm.all_reduce`).
+        cores: the emulated slice's cores.
+    """
     if cores <= 1:
         return
     warnings.warn(
@@ -66,7 +72,7 @@ def or_world_of_one(
             return emulated(*args, **kwargs)
         outermost = not getattr(_local, "inside", False)
         if outermost:
-            _warn(api, cores)
+            warn_outside(api, cores)
         _local.inside = True
         try:
             return original(*args, **kwargs)

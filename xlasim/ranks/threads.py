@@ -23,6 +23,7 @@ from ..emulation.rendezvous import Run
 from ..races import watch
 from ..reports import rank_outcome, xla_counters
 from ..reports.callsite import thread_location, thread_stack
+from ..tpu import compiled_precision
 from . import exit_guard, launch_reset
 
 #: How long closing a world waits for its rank threads to stop.
@@ -109,6 +110,7 @@ class RankThread:
 
         def fresh_start(*args: Any, **kwargs: Any) -> Any:
             generator.reset()
+            compiled_precision.forget(self.device)  # a new TPU process has compiled nothing
             return fn(*args, **kwargs)
 
         collect = run.collect

@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
+from . import compiled_precision
 from .arithmetic_choice import emulating
 
 #: Each precision's passes, as XLA defines the algorithms the TPU runs for them
@@ -113,32 +115,36 @@ def _f32(*tensors: torch.Tensor) -> bool:
 
 
 class PrecisionChangeWarning(UserWarning):
-    """torch_xla's precision changed after dots were traced at another one: on a TPU, graphs
-    compiled before the change keep the old precision (docs/tpu-arithmetic.md), here not."""
+    """A dot computes at another precision than torch_xla's setting asks: a graph of its
+    structure was compiled at the old one before the setting changed, and a TPU runs that
+    executable again (xlasim/tpu/compiled_precision.py). Silent on a TPU; said here."""
 
 
-_traced_at: str | None = None
+def _frozen(value: Any) -> Any:
+    """`value` with its lists as tuples (a convolution's strides...), to be part of a key."""
+    if isinstance(value, (list, tuple)):
+        return tuple(_frozen(item) for item in value)
+    return value
 
 
-def _setting() -> str:
-    """The precision torch_xla's setting asks for now; a change since the last dot traced in
-    this process is warned about (clearer than a TPU, where it goes unnoticed)."""
+def _precision(op: str, operands: Sequence[torch.Tensor], arguments: Any = ()) -> str:
+    """The precision the dot `op` of `operands` traced now computes at, as on a TPU: the one a
+    graph of its structure was first compiled at in this process, else the setting's."""
     import torch_xla
 
-    global _traced_at
-    precision = torch_xla._XLAC._xla_get_mat_mul_precision()
-    if _traced_at is not None and precision != _traced_at:
+    setting = torch_xla._XLAC._xla_get_mat_mul_precision()
+    precision = compiled_precision.precision_for(op, operands, _frozen(arguments), setting)
+    if precision != setting:
         warnings.warn(
             PrecisionChangeWarning(
-                f"torch_xla's mat mul precision is {precision!r} now, after dots were traced at "
-                f"{_traced_at!r}: on a TPU a graph compiled before the change still computes at "
-                f"{_traced_at!r} when it runs again (torch_xla's compilation cache does not key on "
-                f"the setting); here every graph traced from now on computes at {precision!r}. "
-                "Set the precision once, before the first matmul."
+                f"this {op} computes at {precision!r}, not at torch_xla's setting {setting!r}: "
+                f"a graph of its structure was compiled at {precision!r} earlier in this "
+                "process, and torch_xla's compilation cache does not key on the setting, so a "
+                "TPU runs that executable again. Set the precision once, before the first "
+                "matmul, or run each precision in a process of its own."
             ),
-            stacklevel=3,  # the user's line: _setting <- our kernel <- (dispatcher) <- the caller
+            stacklevel=3,  # the user's line: _precision <- our kernel <- (dispatcher) <- caller
         )
-    _traced_at = precision
     return precision
 
 
@@ -149,7 +155,8 @@ def _dot_kernel(op: str) -> Callable:
     def kernel(keyset, lhs, rhs):
         if not (emulating() and _f32(lhs, rhs)):
             return original.call_boxed(keyset, lhs, rhs)
-        return mxu_product(lambda a, b: original.call_boxed(keyset, a, b), lhs, rhs, _setting())
+        precision = _precision(op, (lhs, rhs))
+        return mxu_product(lambda a, b: original.call_boxed(keyset, a, b), lhs, rhs, precision)
 
     return kernel
 
@@ -163,7 +170,7 @@ def _biased_dot_kernel(op: str, plain: str) -> Callable:
     def kernel(keyset, bias, lhs, rhs, *, beta=1, alpha=1):
         if not (emulating() and _f32(lhs, rhs)):
             return original.call_boxed(keyset, bias, lhs, rhs, beta=beta, alpha=alpha)
-        precision = _setting()
+        precision = _precision(op, (bias, lhs, rhs), (beta, alpha))
         if precision == "default":
             a, b = round_to_bf16(lhs), round_to_bf16(rhs)
             return original.call_boxed(keyset, bias, a, b, beta=beta, alpha=alpha)
@@ -187,7 +194,9 @@ def _convolution_kernel() -> Callable:
 
         if not (emulating() and _f32(inputs, weight)):
             return convolve(inputs, weight, bias)
-        precision = "default" if transposed else _setting()
+        operands = (inputs, weight) if bias is None else (inputs, weight, bias)
+        geometry = (stride, padding, dilation, transposed, *rest)
+        precision = "default" if transposed else _precision("convolution", operands, geometry)
         if precision == "default":
             return convolve(round_to_bf16(inputs), round_to_bf16(weight), bias)
         total = mxu_product(convolve, inputs, weight, precision)

@@ -1,0 +1,86 @@
+"""HBM as a TPU has it (issue 23): `xm.get_memory_info()` answers each rank's live device bytes,
+its peak and the generation's HBM, and a rank whose live data would pass its HBM fails as a TPU
+does, before anything is allocated, and the slice serves the next test."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+import torch
+import torch_xla
+import torch_xla.core.xla_model as xm
+
+import xlasim
+
+#: A v5e chip's HBM (docs/fidelity.md, "HBM"): the plain `--xla-devices=N` slice is a v5e host.
+V5E_HBM = 16 * 2**30
+#: Linear(66000, 66000): 17.4 GB of weights, past the chip whatever runs first (with the
+#: gradient and Adam's two moments, 70 GB): nothing of it may be allocated, at any world size.
+FEATURES = 66_000
+
+
+def memory_around_a_tensor() -> tuple[dict, dict, dict, int]:
+    device = torch_xla.device()
+    before = xm.get_memory_info()
+    tensor = torch.ones(512, 1024, device=device)
+    torch_xla.sync()
+    grown = xm.get_memory_info()
+    nbytes = tensor.numel() * tensor.element_size()
+    del tensor
+    fallen = xm.get_memory_info()
+    return before, grown, fallen, nbytes
+
+
+def test_memory_info_grows_by_a_tensor_and_falls_when_it_is_freed(xla_world):
+    for rank, (before, grown, fallen, nbytes) in enumerate(xla_world.run(memory_around_a_tensor)):
+        where = f"on rank {rank}"
+        if xlasim.is_emulated():
+            assert grown["bytes_used"] - before["bytes_used"] == nbytes, where
+            assert fallen["bytes_used"] == before["bytes_used"], where
+            assert grown["bytes_limit"] == V5E_HBM, where
+        else:  # a TPU pads to its tiles and frees asynchronously
+            assert grown["bytes_used"] - before["bytes_used"] >= nbytes, where
+        assert grown["peak_bytes_used"] >= grown["bytes_used"], where
+
+
+def train_past_the_hbm() -> float:
+    """One Adam step of a model bigger than a v5e chip, built on the device (nothing on the
+    host); returns how long it took to be refused."""
+    started = time.monotonic()
+    device = torch_xla.device()
+    model = torch.nn.Linear(FEATURES, FEATURES, device=device)
+    optimizer = torch.optim.Adam(model.parameters())
+    model(torch.ones(2, FEATURES, device=device)).sum().backward()
+    xm.optimizer_step(optimizer, barrier=True)
+    return time.monotonic() - started
+
+
+def small_step() -> int:
+    value = (torch.ones(8, device=torch_xla.device()) * 3).sum().item()
+    assert value == 24
+    return xm.get_memory_info()["bytes_used"]
+
+
+def test_a_model_past_the_hbm_fails_as_on_a_tpu_and_the_slice_serves_on(xla_world):
+    if not xlasim.is_emulated():
+        pytest.skip("provokes an out-of-memory on a real TPU: emulated slices only")
+    started = time.monotonic()
+    with pytest.raises(xlasim.RankFailedError) as failure:
+        xla_world.run(train_past_the_hbm)
+    assert time.monotonic() - started < 60  # refused before anything of it ran
+    errors = failure.value.failures
+    assert sorted(errors) == list(range(xla_world.size))
+    for rank, error in errors.items():
+        message = f"{type(error).__name__}: {error}"
+        assert message.startswith(
+            "ResourceExhaustedError: RESOURCE_EXHAUSTED: Error allocating device buffer: "
+            "Attempting to allocate "
+        ), message
+        assert f"rank {rank} of {xla_world.size}, device xla:" in message
+        # at least the weights; more where the gradients or Adam's moments exist by then
+        (live,) = re.findall(r"\((\d+) bytes\) of 16\.00G \(17179869184 bytes\) of HBM", message)
+        assert int(live) >= FEATURES * FEATURES * 4 > V5E_HBM, message
+    for bytes_used in xla_world.run(small_step):
+        assert bytes_used < 2**20

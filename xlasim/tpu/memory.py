@@ -1,0 +1,334 @@
+"""HBM as a TPU has it: each device's live bytes and peak, and a refusal past the chip's HBM.
+
+The XLA CPU client keeps no allocator statistics (`_xla_memory_info` raises UNIMPLEMENTED) and
+lists no buffers to Python, so the emulation keeps its own ledger of what each device holds:
+the logical bytes (elements x element size) of every live XLA tensor that Python code holds,
+pending in the lazy graph or materialized, found in the garbage collector's youngest generation
+(at the start of every collection and at every check) and forgotten when the tensor dies. A
+view (`t._base` set) is its base's bytes; aliases with one XLA tensor id (`p.data`,
+`t.detach()`) count once. A pending tensor counts as what it will hold once its graph runs, so
+a step that would pass the chip's HBM is refused *before* XLA allocates anything: at every step
+marker (`torch_xla.sync()`, `xm.mark_step()`) and before an emulated collective executes its
+inputs' graph. What this does not count, and a TPU adds: tensors only C++ holds (activations
+autograd saved, until Python reads them), XLA's temporaries while a program runs, padding of
+arrays to the TPU's tiles (minor dimension to 128, second-minor to 8 for 32-bit types), the
+programs themselves. So `bytes_used` is a lower bound of a TPU's (docs/fidelity.md, "HBM").
+"""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import threading
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..base import rank_context
+from ..base.errors import XlasimError
+from ..base.public import public
+
+GiB = 2**30
+
+
+#: A step that adds less than this is let run without asking the kernel what memory is free.
+HOST_CHECK_BYTES = 256 * 2**20
+#: Host memory left to everything else when an emulated step allocates.
+HOST_RESERVE_BYTES = 2 * GiB
+
+
+@public
+class ResourceExhaustedError(XlasimError):
+    """A rank's live data would pass its device's HBM (a TPU's RESOURCE_EXHAUSTED)."""
+
+
+@public
+class HostMemoryError(XlasimError):
+    """A step within the emulated HBM that this machine's free memory cannot hold."""
+
+
+@dataclass
+class _Device:
+    live: int = 0
+    #: The most live bytes the device was let execute with.
+    peak: int = 0
+    #: Live bytes that were already live when the device last executed: in HBM on a TPU.
+    resident: int = 0
+    #: Executions admitted so far; a buffer made before the last one is resident.
+    epoch: int = 0
+    #: (XLA tensor id) -> [bytes, Python holders, epoch it was first held in]
+    buffers: dict[int, list[int]] = field(default_factory=dict)
+
+
+_lock = threading.RLock()
+_enabled = True
+#: device -> {id: weak reference} of its young tensors, not yet counted
+_inbox: dict[str, dict[int, weakref.ref]] = {}
+#: The types whose objects hold XLA data (torch.Tensor, nn.Parameter), bound by `configure`: the
+#: collector's callback also runs while Python shuts down, when torch can no longer be imported.
+_data_types: frozenset[type] = frozenset()
+_devices: dict[str, _Device] = {}
+#: id(Python tensor) -> (its weak reference, device, XLA tensor id)
+_holders: dict[int, tuple[weakref.ref, str, int]] = {}
+
+
+def _device(name: str) -> _Device:
+    device = _devices.get(name)
+    if device is None:
+        device = _devices[name] = _Device()
+    return device
+
+
+def _forget(key: int) -> None:
+    with _lock:
+        entry = _holders.pop(key, None)
+        if entry is None:
+            return
+        _, name, xla_id = entry
+        device = _devices[name]
+        buffer = device.buffers[xla_id]
+        buffer[1] -= 1
+        if buffer[1] == 0:
+            del device.buffers[xla_id]
+            device.live -= buffer[0]
+            if buffer[2] < device.epoch:
+                device.resident -= buffer[0]
+
+
+def track(tensor: Any) -> None:
+    """Count `tensor` on its device's ledger (once; a no-op for other tensors and views)."""
+    key = id(tensor)
+    # Plain tensors and parameters only: the subclasses torch.compile traces with (fake and
+    # functional tensors) say "xla" but hold no XLA data (torch_xla refuses their id).
+    if key in _holders or type(tensor) not in _data_types:
+        return
+    if tensor.device.type != "xla" or tensor._base is not None:
+        return
+    import torch_xla
+
+    name = str(tensor.device)
+    xla_id = torch_xla._XLAC._xla_get_tensor_id(tensor)
+    nbytes = tensor.numel() * tensor.element_size()
+    with _lock:
+        if key in _holders:
+            return
+        reference = weakref.ref(tensor, lambda _, key=key: _forget(key))
+        _holders[key] = (reference, name, xla_id)
+        device = _device(name)
+        buffer = device.buffers.setdefault(xla_id, [nbytes, 0, device.epoch])
+        buffer[1] += 1
+        if buffer[1] == 1:
+            device.live += nbytes
+
+
+def _scan_young() -> None:
+    """Note the young XLA tensors of every device, to be counted by the thread of the device's
+    rank (`_drain`): reading a tensor's sizes and XLA id from another rank's thread would race
+    with that rank's autograd (ranks that are threads crashed so); its device is fixed."""
+    young = gc.get_objects(0)
+    # filtered in C (type(): no __class__ property runs): the collector calls this often
+    for candidate in itertools.compress(young, map(_data_types.__contains__, map(type, young))):
+        device = candidate.device
+        if device.type == "xla" and id(candidate) not in _holders:
+            with _lock:
+                _inbox.setdefault(str(device), {})[id(candidate)] = weakref.ref(candidate)
+
+
+def _drain(device: str, scan: bool = True) -> None:
+    """Count the tensors noted for `device` (called by its own rank's thread), after noting
+    the youngest ones (`scan`)."""
+    if scan:
+        _scan_young()
+    if device not in _inbox:
+        return
+    with _lock:
+        noted = _inbox.pop(device, {})
+    for reference in noted.values():
+        tensor = reference()
+        if tensor is not None:
+            track(tensor)
+
+
+def _on_collection(phase: str, info: dict[str, int]) -> None:
+    if phase == "start" and _enabled:  # the youngest objects, before the collection moves them on
+        _scan_young()
+
+
+def set_accounting(enabled: bool) -> None:
+    """Keep the ledger and its checks in this process, or not (benchmarks/probes.py measures
+    what they cost; with them off, `bytes_used` stops following the tensors)."""
+    global _enabled
+    _enabled = enabled
+
+
+def info(device: str) -> dict[str, int]:
+    """The device's `bytes_used` (live) and `peak_bytes_used`, as `xm.get_memory_info` has them."""
+    _drain(device)
+    with _lock:
+        ledger = _device(device)
+        return {"bytes_used": ledger.live, "peak_bytes_used": max(ledger.peak, ledger.live)}
+
+
+def admit(
+    device: str,
+    limit: int,
+    holder: Callable[[], str],
+    tensors: Any = (),
+    host_available: Callable[[], int | None] = lambda: None,
+) -> None:
+    """Before `device` executes a graph: refuse, as a TPU does, if its live data (with
+    `tensors`, the inputs about to be executed) would pass `limit` bytes.
+
+    Args:
+        device: the XLA device about to execute (`xla:3`).
+        limit: its HBM in bytes.
+        holder: who the device belongs to, for the error (`rank 3 of 8`), asked on refusal.
+        tensors: tensors the execution materializes, counted before it runs (then the
+            youngest objects are not searched: a collective checks its inputs, cheaply).
+        host_available: the bytes this machine can still give (None: unknown); a step that
+            fits the HBM but not the machine is refused with `HostMemoryError`.
+    """
+    _drain(device, scan=not tensors)  # a collective's own inputs are what it adds
+    for tensor in tensors:
+        track(tensor)
+    with _lock:
+        ledger = _device(device)
+        resident, live = ledger.resident, ledger.live
+        if live <= limit and live - resident < HOST_CHECK_BYTES:  # the common case, at once
+            ledger.resident, ledger.peak = live, max(ledger.peak, live)
+            ledger.epoch += 1
+            return
+    asked = live - resident
+    if live <= limit:
+        _check_host(device, holder, asked, host_available)
+        with _lock:
+            ledger.resident, ledger.peak = ledger.live, max(ledger.peak, ledger.live)
+            ledger.epoch += 1
+        return
+    _discard_pending(device)
+    raise ResourceExhaustedError(
+        f"RESOURCE_EXHAUSTED: Error allocating device buffer: Attempting to allocate "
+        f"{_gib(asked)}. That was not possible. There are {_gib(limit - resident)} free "
+        f"({holder()}, device {device}: its live data would be {_gib(live)} ({live} bytes) of "
+        f"{_gib(limit)} ({limit} bytes) of HBM; {asked} bytes asked, {limit - resident} free). "
+        "The step's pending tensors were discarded, as a TPU's failed step leaves them."
+    )
+
+
+def _check_host(
+    device: str, holder: Callable[[], str], asked: int, host_available: Callable[[], int | None]
+) -> None:
+    """Emulated cores share one machine: refuse a step the machine cannot hold, though the
+    chip could, rather than let the kernel kill the process (and others)."""
+    available = host_available()
+    if available is None or asked <= available - HOST_RESERVE_BYTES:
+        return
+    _discard_pending(device)
+    raise HostMemoryError(
+        f"{holder()}, device {device}: its step would allocate {_gib(asked)} ({asked} bytes), "
+        f"within the emulated HBM, but this machine has {_gib(available)} available "
+        f"(keeping {_gib(HOST_RESERVE_BYTES)} for everything else): the emulated cores share "
+        "its memory. Emulate fewer cores, or a smaller model. The step's pending tensors were "
+        "discarded."
+    )
+
+
+def _discard_pending(device: str) -> None:
+    """Drop the device's pending graph (it must never run: it would allocate what was refused)
+    and the ledger's entries for its tensors, which now hold nothing."""
+    import torch_xla
+
+    _drain(device)  # every young tensor of the device known first: each is zeroed below
+    with _lock:
+        held = [
+            (key, reference())
+            for key, (reference, name, _) in list(_holders.items())
+            if name == device
+        ]
+    held = [(key, tensor) for key, tensor in held if tensor is not None]
+    pending = torch_xla._XLAC._check_tensor_need_materialization([t for _, t in held])
+    torch_xla._XLAC._clear_pending_irs(device)
+    with _lock:
+        ledger = _device(device)
+        for (key, _), waiting in zip(held, pending):
+            entry = _holders.get(key)
+            if waiting and entry is not None:
+                buffer = ledger.buffers[entry[2]]
+                ledger.live -= buffer[0]
+                if buffer[2] < ledger.epoch:
+                    ledger.resident -= buffer[0]
+                buffer[0] = 0  # stays known (never counted again) until the tensor dies
+
+
+def _gib(count: int) -> str:
+    return f"{count / GiB:.2f}G"
+
+
+# ------------------------------------------------------------------------------ the emulation's hooks
+
+
+#: The emulated generation's HBM per XLA device, and what tells this machine's free memory:
+#: set by the emulation when it is installed (`configure`).
+_hbm_bytes = 0
+
+
+def _unknown_host_memory() -> int | None:
+    return None
+
+
+_host_available: Callable[[], int | None] = _unknown_host_memory
+
+
+def configure(hbm_bytes: int, host_available: Callable[[], int | None]) -> None:
+    """Keep the ledger in this process against `hbm_bytes` per device (the emulated
+    generation's HBM: a TensorCore's, or a megacore chip's), refusing steps this machine
+    cannot hold (`host_available()`: its free bytes, None if unknown)."""
+    global _hbm_bytes, _host_available, _data_types
+    import torch
+
+    _hbm_bytes, _host_available = hbm_bytes, host_available
+    _data_types = frozenset((torch.Tensor, torch.nn.Parameter))
+    if _on_collection not in gc.callbacks:
+        gc.callbacks.append(_on_collection)
+
+
+def _holder() -> str:
+    rank = rank_context.current()
+    return "outside any rank" if rank is None else f"rank {rank.rank} of {rank.world_size}"
+
+
+def before_execution(device: str, tensors: Any = ()) -> None:
+    """`admit` for the calling rank's device against the emulated generation's HBM.
+
+    Args:
+        device: the XLA device about to execute.
+        tensors: the tensors the execution materializes (a collective's inputs).
+    """
+    if _enabled and _hbm_bytes:
+        admit(device, _hbm_bytes, _holder, tensors, _host_available)
+
+
+def memory_info(device: Any = None) -> dict[str, int]:
+    """`xm.get_memory_info(device)`: the device's live bytes, peak and HBM (default: the
+    calling rank's device)."""
+    import torch_xla
+
+    name = str(device) if device is not None else str(torch_xla._XLAC._xla_get_default_device())
+    return {**info(name), "bytes_limit": _hbm_bytes}
+
+
+def guarded_step_marker(original: Any) -> Any:
+    """torch_xla's step marker (behind `torch_xla.sync()`, `xm.mark_step()`), refusing first
+    when the device's live data would pass its HBM."""
+    import functools
+
+    import torch_xla
+
+    @functools.wraps(original)
+    def _xla_step_marker(*args: Any, **kwargs: Any) -> Any:
+        device = args[0] if args else kwargs.get("device", "")
+        before_execution(device or str(torch_xla._XLAC._xla_get_default_device()))
+        return original(*args, **kwargs)
+
+    return _xla_step_marker
