@@ -153,8 +153,8 @@ MUTANTS = (
         "signature-check-skipped",
         "ranks that meet with different ops, shapes or dtypes are combined as if they matched",
         "xlasim/emulation/rendezvous.py",
-        "        if all((c.op, c.signature) == (first.op, first.signature) for c in calls.values()):",
-        "        if True:",
+        "    if all((c.op, c.signature) == (first.op, first.signature) for c in calls.values()):",
+        "    if True:",
     ),
     mutant(
         "stranded-slot-detection-removed",
