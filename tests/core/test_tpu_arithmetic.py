@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 import torch_xla
 import torch_xla.backends
+import torch_xla.core.xla_model as xm
 import torch_xla.debug.metrics as met
 
 import xlasim
@@ -284,7 +285,9 @@ def test_a_graph_compiled_before_a_precision_change_keeps_its_precision(world, p
 
 
 def training_steps(rank, steps: int = 3):
-    """A small model's training steps; the XLA counters of the last one."""
+    """A small model's training steps; the XLA counters of the last one. Each step ends with
+    `wait_device_ops`: torch_xla records an execution's ExecuteTime in its execution thread, which
+    `sync(wait=True)` can return before, so a loaded machine counted it in the wrong step."""
     torch.manual_seed(0)
     device = torch_xla.device()
     model = torch.nn.Sequential(
@@ -302,6 +305,7 @@ def training_steps(rank, steps: int = 3):
         optimizer.zero_grad()
         before_sync = met.metric_data("TransferFromDeviceTime")
         torch_xla.sync(wait=True)
+        xm.wait_device_ops()
     return {
         "compiles": (met.metric_data("CompileTime") or (0,))[0],
         "executions": (met.metric_data("ExecuteTime") or (0,))[0],
