@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.namespaces import Machines, unavailable
+from fixtures.namespaces import Machines, unavailable, wait_succeeded
 
 pytestmark = pytest.mark.slow
 
@@ -51,12 +51,7 @@ def pod():
 
 
 def _finish(process: subprocess.Popen, output: Path) -> dict:
-    try:
-        process.wait(BOUND_S)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"{output} did not finish within {BOUND_S} s")
-    err = Path(f"{output}.err").read_text()
-    assert process.returncode == 0, f"{output} exited {process.returncode}:\n{err[-4000:]}"
+    wait_succeeded(process, output, BOUND_S)
     return json.loads(Path(f"{output}.json").read_text())
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.namespaces import Machines, unavailable
+from fixtures.namespaces import Machines, unavailable, wait_succeeded
 
 pytestmark = pytest.mark.slow
 
@@ -72,15 +72,6 @@ def _rank_lines(*outputs: Path) -> list[str]:
     return sorted(line for line in lines if line.startswith("rank "))
 
 
-def _wait(process: subprocess.Popen, output: Path) -> None:
-    try:
-        process.wait(RUN_BOUND_S)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"{output} did not finish within {RUN_BOUND_S} s")
-    err = Path(f"{output}.err").read_text()
-    assert process.returncode == 0, f"{output} exited {process.returncode}:\n{err[-4000:]}"
-
-
 def _one_machine(tmp_path: Path) -> subprocess.Popen:
     """The same slice on one machine (this one), the reference."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("XLASIM_", "PYTEST_"))}
@@ -117,8 +108,8 @@ def test_two_machines_compute_what_one_machine_does_bit_for_bit(machines, tmp_pa
             listening[rank] |= pod.listeners(rank)
         time.sleep(0.2)
     for rank, process in enumerate(started):
-        _wait(process, tmp_path / f"m{rank}")
-    _wait(reference, tmp_path / "one")
+        wait_succeeded(process, tmp_path / f"m{rank}", RUN_BOUND_S)
+    wait_succeeded(reference, tmp_path / "one", RUN_BOUND_S)
     one = _rank_lines(tmp_path / "one.out")
     two = _rank_lines(tmp_path / "m0.out", tmp_path / "m1.out")
     assert len(one) == 2 * 4 * 12, one  # 2 launches x 4 ranks x 12 lines
@@ -232,8 +223,8 @@ def test_wrong_token_and_garbage_are_refused_and_the_pod_runs_on(machines, tmp_p
     assert garbage.returncode == 0, garbage.stderr
     second = _start_machine(pod, tmp_path, 1, 2)
     for rank, process in enumerate([first, second]):
-        _wait(process, tmp_path / f"m{rank}")
-    _wait(reference, tmp_path / "one")
+        wait_succeeded(process, tmp_path / f"m{rank}", RUN_BOUND_S)
+    wait_succeeded(reference, tmp_path / "one", RUN_BOUND_S)
     assert _rank_lines(tmp_path / "m0.out", tmp_path / "m1.out") == _rank_lines(
         tmp_path / "one.out"
     )
