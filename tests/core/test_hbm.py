@@ -4,6 +4,7 @@ does, before anything is allocated, and the slice serves the next test."""
 
 from __future__ import annotations
 
+import gc
 import re
 import time
 
@@ -43,6 +44,30 @@ def test_memory_info_grows_by_a_tensor_and_falls_when_it_is_freed(xla_world):
         else:  # a TPU pads to its tiles and frees asynchronously
             assert grown["bytes_used"] - before["bytes_used"] >= nbytes, where
         assert grown["peak_bytes_used"] >= grown["bytes_used"], where
+
+
+def memory_with_an_emptied_tensor() -> tuple[int, int]:
+    """The state the ledger meets when another thread frees a tensor it is reading: a view's
+    base (torch keeps its Python object alive from C++ once its name is gone) held from
+    Python while torch frees it, which torch then empties ("Deallocating Tensor that still
+    has live PyObject references"). Here the holder is this function, so the state is
+    reached every time, not by chance."""
+    device = torch_xla.device()
+    before = xm.get_memory_info()["bytes_used"]
+    base = torch.ones(512, 1024, device=device)
+    view = base.view(-1)
+    base_id = id(base)
+    del base
+    held = [young for young in gc.get_objects(0) if id(young) == base_id]
+    assert held, "the base's Python object outlives its name"
+    del view
+    return before, xm.get_memory_info()["bytes_used"]
+
+
+def test_a_tensor_emptied_under_the_ledger_holds_nothing(xla_world):
+    for rank, (before, after) in enumerate(xla_world.run(memory_with_an_emptied_tensor)):
+        if xlasim.is_emulated():  # a TPU frees asynchronously
+            assert after == before, f"on rank {rank}"
 
 
 def train_past_the_hbm() -> float:

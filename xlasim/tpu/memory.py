@@ -122,6 +122,19 @@ def track(tensor: Any) -> None:
             device.live += nbytes
 
 
+def _held_device(tensor: Any) -> Any:
+    """The device of a tensor the collector found or a weak reference gave back; None when
+    torch freed it under us. Either can be a tensor only C++ still holds (a view's base whose
+    name is gone, a tensor autograd saved): freed by another thread while this one holds it,
+    torch warns "Deallocating Tensor that still has live PyObject references" and empties it
+    ("tensor does not have a device"); empty, it holds nothing to count. Not `_fix_weakref`:
+    taking such a tensor back from a thread that is freeing it corrupts the heap (seen)."""
+    try:
+        return tensor.device
+    except RuntimeError:
+        return None
+
+
 def _scan_young() -> None:
     """Note the young XLA tensors of every device, to be counted by the thread of the device's
     rank (`_drain`): reading a tensor's sizes and XLA id from another rank's thread would race
@@ -129,8 +142,8 @@ def _scan_young() -> None:
     young = gc.get_objects(0)
     # filtered in C (type(): no __class__ property runs): the collector calls this often
     for candidate in itertools.compress(young, map(_data_types.__contains__, map(type, young))):
-        device = candidate.device
-        if device.type == "xla" and id(candidate) not in _holders:
+        device = _held_device(candidate)
+        if device is not None and device.type == "xla" and id(candidate) not in _holders:
             with _lock:
                 _inbox.setdefault(str(device), {})[id(candidate)] = weakref.ref(candidate)
 
@@ -146,7 +159,7 @@ def _drain(device: str, scan: bool = True) -> None:
         noted = _inbox.pop(device, {})
     for reference in noted.values():
         tensor = reference()
-        if tensor is not None:
+        if tensor is not None and _held_device(tensor) is not None:
             track(tensor)
 
 
