@@ -10,9 +10,14 @@ alike. The figure is the median per-call time over every block of each kind.
 
 `demo`: the strategy demo's training (`strategy.trainer.Trainer`, the demo's model and data,
 8 emulated cores in worker processes), one warm-up fit, then rounds of fits of 8 and 32 steps,
-traced and not. A step's cost is the difference of the median fits over the 24 extra steps;
-what remains of the 8-step fit is the launch's own cost (starting the ranks' streams, writing
-the trace files at its end), reported apart.
+traced and not, which goes first alternating between rounds (a fit's time drifts with the
+machine's load; the fit before can leave work to the next). A step's cost is the difference of
+the median fits over the 24 extra steps; what remains of the 8-step fit is the launch's own
+cost (starting the ranks' streams, writing the trace files at its end), reported apart. The
+launching process writes the trace files from every event after its ranks finished, so each
+event recorded costs a step that too: the record says how many events a step adds and what
+writing the files costs per event (CPU time, the least of several writes of a 32-step fit's
+directory), and the load average as the fits began and ended.
 """
 
 from __future__ import annotations
@@ -30,7 +35,8 @@ from emulated import rank_loop
 ROOT = Path(__file__).resolve().parent.parent
 DEVICES, NBYTES = 8, 4096
 ROUNDS, REPEATS = 5, 3
-SHORT_FIT, LONG_FIT, DEMO_ROUNDS = 8, 32, 3
+SHORT_FIT, LONG_FIT, DEMO_ROUNDS = 8, 32, 6
+WRITES = 5
 TRACE_ENV = "XLASIM_TRACE"
 
 
@@ -102,9 +108,10 @@ def demo() -> dict:
         return time.perf_counter() - start
 
     fit("warm-up", SHORT_FIT)  # compile, start the workers
+    load_before = os.getloadavg()[0]
     fits: dict[tuple[bool, int], list[float]] = {}
     for round_ in range(DEMO_ROUNDS):
-        for traced in (True, False):
+        for traced in (True, False) if round_ % 2 == 0 else (False, True):
             for steps in (SHORT_FIT, LONG_FIT):
                 # A directory per fit: a launch's end rewrites the trace files from everything
                 # its directory holds, and the long fit must not pay for the short one's events.
@@ -113,7 +120,9 @@ def demo() -> dict:
                     fit(f"{round_}-{traced}-{steps}", steps)
                 )
     _traced(None)
+    load_after = os.getloadavg()[0]
     median = {key: statistics.median(values) for key, values in fits.items()}
+    events = {steps: _events(Path(scratch) / f"trace-0-{steps}") for steps in (SHORT_FIT, LONG_FIT)}
 
     def per_step(traced: bool) -> float:
         return (median[traced, LONG_FIT] - median[traced, SHORT_FIT]) / (LONG_FIT - SHORT_FIT)
@@ -132,9 +141,33 @@ def demo() -> dict:
         "on_over_off": per_step(True) / per_step(False),
         "launch_on_s": per_launch(True),
         "launch_off_s": per_launch(False),
+        "events_per_step": (events[LONG_FIT] - events[SHORT_FIT]) / (LONG_FIT - SHORT_FIT),
+        "write_s_per_event": _write_seconds(Path(scratch) / f"trace-0-{LONG_FIT}")
+        / events[LONG_FIT],
+        "load": (load_before, load_after),
         "steps": (SHORT_FIT, LONG_FIT),
         "rounds": DEMO_ROUNDS,
     }
+
+
+def _events(directory: Path) -> int:
+    """How many events every rank recorded into a trace directory."""
+    from xlasim.events import model
+
+    return sum(len(events) for events in model.read_ranks(directory).values())
+
+
+def _write_seconds(directory: Path) -> float:
+    """The CPU time writing a trace directory's files takes this process (the least of
+    `WRITES`: CPU time leaves out waiting for the machine, not the caches others evict)."""
+    from xlasim.traces import session
+
+    times = []
+    for _ in range(WRITES):
+        start = time.process_time()
+        session.write(directory)
+        times.append(time.process_time() - start)
+    return min(times)
 
 
 def main() -> None:

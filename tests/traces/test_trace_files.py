@@ -149,6 +149,21 @@ def test_an_event_stream_is_in_program_order_on_one_clock(record, isolated, tmp_
         assert all(e.rank == rank for e in events)
 
 
+def test_a_line_cut_short_by_a_crash_is_left_out(record, world, tmp_path):
+    """A process that died mid-write leaves its last line without its newline: the rest of the
+    stream, and of the meetings, still reads (the files are decoded whole, not line by line)."""
+    directory = recorded_known_program(record, world, tmp_path)
+    complete = model.read_ranks(directory)
+    meetings = model.read_meetings(directory)
+    for name in (model.rank_file(0), model.MEETINGS_FILE):
+        with open(directory / model.EVENTS_DIR / name, "a") as stream:
+            stream.write('{"rank": 0, "kind": "collec')
+    assert model.read_ranks(directory) == complete
+    assert model.read_meetings(directory) == meetings
+    (directory / model.EVENTS_DIR / model.rank_file(5)).write_text('{"rank": 5, "n"')
+    assert sorted(model.read_ranks(directory)) == sorted(complete)
+
+
 def test_a_race_under_tracing_names_its_trace_and_the_stream_has_the_file_events(
     record, world, tmp_path
 ):

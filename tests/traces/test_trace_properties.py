@@ -2,8 +2,9 @@
 
 For each drawn program (`fixtures/traced_programs.py`): the canonical text lists exactly the
 program's collectives per rank, in order, with their numbers within their groups; the flows of
-trace.json join exactly each collective's group; every rank's times only go forward; and the
-canonical text is the same on a second run and in the other mode (worker processes).
+trace.json join exactly each collective's group; every rank's times only go forward, and
+trace.json's are whole nanoseconds (no float noise); and the canonical text is the same on a
+second run and in the other mode (worker processes).
 """
 
 from __future__ import annotations
@@ -79,6 +80,8 @@ def test_the_trace_of_a_drawn_program(record, world, isolated, tmp_path_factory,
         assert [e.t for e in stream] == sorted(e.t for e in stream), rank
     for event in events:
         assert event.get("dur", 0) >= 0
+        for key in ("ts", "dur"):  # whole nanoseconds: at most three decimals
+            assert round(event.get(key, 0) * 1000) / 1000 == event.get(key, 0), event
 
     again = _run(record, world, steps, tmp_path_factory.mktemp("again"))
     assert (again / canonical.FILE).read_text() == text

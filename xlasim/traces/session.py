@@ -10,6 +10,7 @@ it failed (a hang, a mismatch, a rank that raised or died) the error names them,
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import time
@@ -109,21 +110,47 @@ def clear(directory: Path) -> None:
 
 def write(directory: Path, failed: bool = False) -> TraceFiles:
     """Write the trace files from what is recorded; with a picture when the launch failed and
-    matplotlib is there to draw it."""
+    matplotlib is there to draw it.
+
+    The launching process writes them after its ranks finished, so every event recorded costs
+    the launch this again (docs/tracing.md, the cost). It does so with the garbage collector
+    paused: the timeline is tens of thousands of objects that all live until the files are
+    written and then go by reference counting; collections in between find nothing, and would
+    move them into older generations, whose full collections (the whole of torch's objects)
+    then come sooner.
+    """
     tracer = recorder.current()
     if tracer is not None:
         tracer.flush()
+    with _collector_paused():
+        plot = _write_files(directory, failed)
+    return TraceFiles(directory, plot)
+
+
+def _write_files(directory: Path, failed: bool) -> Path | None:
+    """Write `trace.json`, `collectives.txt` and, when `failed`, the picture; its path."""
     lines = timeline.load(directory, until=time.monotonic_ns())
     chrome.write(lines, directory / TRACE_FILE)
     (directory / canonical.FILE).write_text(canonical.text(lines))
-    plot = None
-    if failed:
-        from . import plot as plotting
+    if not failed:
+        return None
+    from . import plot as plotting
 
-        if plotting.available():
-            plot = directory / PLOT_FILE
-            plotting.draw(lines, plot)
-    return TraceFiles(directory, plot)
+    if not plotting.available():
+        return None
+    plotting.draw(lines, directory / PLOT_FILE)
+    return directory / PLOT_FILE
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def name_files(error: BaseException, files: TraceFiles) -> None:
