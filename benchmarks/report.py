@@ -503,9 +503,11 @@ def trace_demo_line(r: Record) -> str:
         f"{millis(r['off_s'])} per step; per launch (ranks' streams, trace files written) on "
         f"{seconds(r['launch_on_s'])}, off {seconds(r['launch_off_s'])} (fits of "
         f"{r['steps'][0]} and {r['steps'][1]} steps, median of {r['rounds']} each, load "
-        f"{r['load'][0]:.1f} to {r['load'][1]:.1f}); a step records {r['events_per_step']:.0f} "
-        f"events, writing the trace files costs {r['write_s_per_event'] * 1e6:.1f} us of CPU "
-        "per event"
+        f"{r['load'][0]:.1f} to {r['load'][1]:.1f}); CPU per step on / off: ranks' workers "
+        f"{millis(r['cpu_workers_s'][0])} / {millis(r['cpu_workers_s'][1])}, launching process "
+        f"{millis(r['cpu_launching_s'][0])} / {millis(r['cpu_launching_s'][1])}; a step records "
+        f"{r['events_per_step']:.0f} events, writing the trace files costs "
+        f"{r['write_s_per_event'] * 1e6:.1f} us of CPU per event"
     )
 
 

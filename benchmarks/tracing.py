@@ -22,6 +22,7 @@ directory), and the load average as the fits began and ended.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import sys
@@ -97,19 +98,23 @@ def demo() -> dict:
     train = DataLoader(regression_data(2048, *shape, seed=0), 8, shuffle=True)
     scratch = tempfile.mkdtemp(prefix="xlasim-bench-demo-")
 
-    def fit(name: str, steps: int) -> float:
+    def fit(name: str, steps: int) -> tuple[float, float, float]:
+        """The fit's wall time, and the CPU time of this process and of the ranks' workers."""
         torch.manual_seed(0)
         model = WeightSharingModule()
         trainer = Trainer(
             devices=DEVICES, max_steps=steps, checkpoint_dir=Path(scratch) / name, seed=0
         )
+        here, workers = _cpu_seconds()
         start = time.perf_counter()
         trainer.fit(model, train)
-        return time.perf_counter() - start
+        wall = time.perf_counter() - start
+        here_after, workers_after = _cpu_seconds()
+        return wall, here_after - here, workers_after - workers
 
     fit("warm-up", SHORT_FIT)  # compile, start the workers
     load_before = os.getloadavg()[0]
-    fits: dict[tuple[bool, int], list[float]] = {}
+    fits: dict[tuple[bool, int], list[tuple[float, float, float]]] = {}
     for round_ in range(DEMO_ROUNDS):
         for traced in (True, False) if round_ % 2 == 0 else (False, True):
             for steps in (SHORT_FIT, LONG_FIT):
@@ -121,7 +126,7 @@ def demo() -> dict:
                 )
     _traced(None)
     load_after = os.getloadavg()[0]
-    median = {key: statistics.median(values) for key, values in fits.items()}
+    median = {key: statistics.median(wall for wall, _, _ in values) for key, values in fits.items()}
     events = {steps: _events(Path(scratch) / f"trace-0-{steps}") for steps in (SHORT_FIT, LONG_FIT)}
 
     def per_step(traced: bool) -> float:
@@ -129,6 +134,13 @@ def demo() -> dict:
 
     def per_launch(traced: bool) -> float:
         return median[traced, SHORT_FIT] - SHORT_FIT * per_step(traced)
+
+    def cpu_per_step(traced: bool, which: int) -> float:
+        long, short = (
+            statistics.median(times[which] for times in fits[traced, steps])
+            for steps in (LONG_FIT, SHORT_FIT)
+        )
+        return (long - short) / (LONG_FIT - SHORT_FIT)
 
     return {
         "op": "trace_demo",
@@ -141,6 +153,8 @@ def demo() -> dict:
         "on_over_off": per_step(True) / per_step(False),
         "launch_on_s": per_launch(True),
         "launch_off_s": per_launch(False),
+        "cpu_launching_s": (cpu_per_step(True, 1), cpu_per_step(False, 1)),
+        "cpu_workers_s": (cpu_per_step(True, 2), cpu_per_step(False, 2)),
         "events_per_step": (events[LONG_FIT] - events[SHORT_FIT]) / (LONG_FIT - SHORT_FIT),
         "write_s_per_event": _write_seconds(Path(scratch) / f"trace-0-{LONG_FIT}")
         / events[LONG_FIT],
@@ -148,6 +162,38 @@ def demo() -> dict:
         "steps": (SHORT_FIT, LONG_FIT),
         "rounds": DEMO_ROUNDS,
     }
+
+
+def _cpu_seconds() -> tuple[float, float]:
+    """CPU time so far of this process, and of the processes it started (the ranks' workers,
+    their zygote), from Linux's per-thread run times: nanoseconds, where /proc's process
+    times count ticks (10 ms, half a step); threads that ended are left out (the ranks' and
+    the links' threads last as long as the world)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/stat") as stat:
+                    parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(parent, []).append(int(entry.name))
+    mine = os.getpid()
+    pending, descendants = list(children.get(mine, [])), []
+    while pending:
+        pid = pending.pop()
+        descendants.append(pid)
+        pending += children.get(pid, [])
+    return _run_seconds(mine), sum(_run_seconds(pid) for pid in descendants)
+
+
+def _run_seconds(pid: int) -> float:
+    total = 0
+    with contextlib.suppress(OSError):
+        for task in os.scandir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError), open(f"{task.path}/schedstat") as schedstat:
+                total += int(schedstat.read().split()[0])
+    return total / 1e9
 
 
 def _events(directory: Path) -> int:
