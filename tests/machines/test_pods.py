@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.namespaces import Machines, unavailable, wait_succeeded
+from fixtures.namespaces import Machines, wait_succeeded
 
 pytestmark = pytest.mark.slow
 
@@ -35,22 +35,6 @@ RUN_BOUND_S = 300
 TIMEOUT_S = 60.0
 #: What the surviving machine may take to name a killed one (the links break at once).
 LOST_BOUND_S = 20.0
-
-
-@pytest.fixture
-def machines():
-    reason = unavailable()
-    if reason is not None:
-        pytest.skip(f"pod tests need network namespaces: {reason}")
-    made: list[Machines] = []
-
-    def make(count: int) -> Machines:
-        made.append(Machines(count))
-        return made[-1]
-
-    yield make
-    for each in made:
-        each.close()
 
 
 def _pod_arguments(machines: Machines, rank: int, count: int, token: str = TOKEN) -> list[str]:
