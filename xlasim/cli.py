@@ -20,12 +20,12 @@ import argparse
 import json
 import os
 import runpy
-import secrets
 import sys
 from collections.abc import Sequence
 
 from . import races
 from .base.errors import XlasimError
+from .machines import settings as pod_settings
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -163,7 +163,7 @@ def run_target(options: argparse.Namespace) -> int:
         hosts=options.hosts,
         topology=options.topology,
     )
-    _enter_pod(slice)
+    pod_settings.enter(slice)
     target, args = options.target, options.args
     if options.torchrun:
         from . import torchrun
@@ -181,18 +181,6 @@ def run_target(options: argparse.Namespace) -> int:
         sys.path.insert(0, os.path.dirname(os.path.abspath(target)))
         runpy.run_path(target, run_name="__main__")
     return 0
-
-
-def _enter_pod(slice) -> None:
-    """On a machine of a pod, check the slice spreads over the machines and make this process
-    answer as the first host this machine holds (as the launching host of a TPU VM does)."""
-    from .base import emulated_slice
-    from .machines.settings import from_environment
-
-    settings = from_environment()
-    if settings is not None:
-        settings.check(slice)
-        emulated_slice.move_to_host(settings.hosts_of(slice, settings.machine_rank).start)
 
 
 REPORT_ENV = "XLASIM_RUN_REPORT"
@@ -223,30 +211,6 @@ def _run_arguments(options: argparse.Namespace) -> list[str]:
         if getattr(options, name):
             arguments.append(flag)
     return [*arguments, options.target, *options.args]
-
-
-def _set_pod_environment(options: argparse.Namespace) -> None:
-    """The pod options, in the environment the world and worker processes read them from."""
-    from .machines import settings as pod
-
-    for value, name in (
-        (options.machines, pod.MACHINES_ENV),
-        (options.machine_rank, pod.MACHINE_RANK_ENV),
-        (options.rendezvous, pod.RENDEZVOUS_ENV),
-        (options.token, pod.TOKEN_ENV),
-        (options.machine_address, pod.ADDRESS_ENV),
-    ):
-        if value is not None:
-            os.environ[name] = str(value)
-    machines = int(os.environ.get(pod.MACHINES_ENV, "1"))
-    first = os.environ.get(pod.MACHINE_RANK_ENV, "0") == "0"
-    if machines > 1 and first and not os.environ.get(pod.TOKEN_ENV):
-        os.environ[pod.TOKEN_ENV] = secrets.token_hex(16)
-        print(
-            f"xlasim: the pod's token (give it to every other machine with --token): "
-            f"{os.environ[pod.TOKEN_ENV]}",
-            file=sys.stderr,
-        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -281,7 +245,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ[TRACE_ENV] = options.trace
     if options.timeout is not None:
         os.environ["XLASIM_TIMEOUT"] = str(options.timeout)
-    _set_pod_environment(options)
+    pod_settings.export(
+        options.machines,
+        options.machine_rank,
+        options.rendezvous,
+        options.token,
+        options.machine_address,
+    )
     if options.races:
         os.environ[races.RACES_ENV] = "1"
     if options.schedule is not None:

@@ -35,6 +35,10 @@ RUN_BOUND_S = 300
 TIMEOUT_S = 60.0
 #: What the surviving machine may take to name a killed one (the links break at once).
 LOST_BOUND_S = 20.0
+#: The collective bound of the silent-machine test, and what machine 0 may take to name the
+#: silent one and exit: the bound, a supervisor poll and the exit.
+SILENT_TIMEOUT_S = 10.0
+SILENT_BOUND_S = SILENT_TIMEOUT_S + 15.0
 
 
 def _pod_arguments(machines: Machines, rank: int, count: int, token: str = TOKEN) -> list[str]:
@@ -67,19 +71,56 @@ def _one_machine(tmp_path: Path) -> subprocess.Popen:
         )
 
 
-def _start_pod(machines: Machines, tmp_path: Path, count: int, *script: str) -> list:
-    return [_start_machine(machines, tmp_path, rank, count, *script) for rank in range(count)]
+def _start_pod(
+    machines: Machines, tmp_path: Path, count: int, *script: str, timeout: float = TIMEOUT_S
+) -> list:
+    return [
+        _start_machine(machines, tmp_path, rank, count, *script, timeout=timeout)
+        for rank in range(count)
+    ]
 
 
 def _start_machine(
-    machines: Machines, tmp_path: Path, rank: int, count: int, *script: str
+    machines: Machines,
+    tmp_path: Path,
+    rank: int,
+    count: int,
+    *script: str,
+    timeout: float = TIMEOUT_S,
 ) -> subprocess.Popen:
     return machines.start(
         rank,
         [*XLASIM, *_pod_arguments(machines, rank, count), str(SCRIPT), *script],
         tmp_path / f"m{rank}",
-        XLASIM_TIMEOUT=str(TIMEOUT_S),
+        XLASIM_TIMEOUT=str(timeout),
     )
+
+
+def _wait_until_stepping(started: list[subprocess.Popen], tmp_path: Path) -> None:
+    """Wait until the pod's `forever` loop is well under way (machine 0 printed step 20)."""
+    steps = tmp_path / "m0.out"
+    deadline = time.monotonic() + RUN_BOUND_S
+    while "step 20" not in steps.read_text():
+        assert time.monotonic() < deadline, "the pod never got going"
+        assert started[0].poll() is None, Path(f"{tmp_path}/m0.err").read_text()[-3000:]
+        time.sleep(0.2)
+
+
+def _named_within(process: subprocess.Popen, bound_s: float, what: str) -> float:
+    """Seconds until machine 0 (`process`) ended, which it must within `bound_s` of `what`."""
+    began = time.monotonic()
+    try:
+        process.wait(bound_s)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"machine 0 still ran {bound_s:g} s after {what}")
+    return time.monotonic() - began
+
+
+def _assert_nothing_left(pod: Machines, machine: int) -> None:
+    deadline = time.monotonic() + 10
+    while pod.pids(machine) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert pod.pids(machine) == [], f"machine {machine} left processes running"
 
 
 def test_two_machines_compute_what_one_machine_does_bit_for_bit(machines, tmp_path):
@@ -110,27 +151,30 @@ def test_two_machines_compute_what_one_machine_does_bit_for_bit(machines, tmp_pa
 def test_a_machine_killed_mid_collective_is_named_by_the_other(machines, tmp_path):
     pod = machines(2)
     started = _start_pod(pod, tmp_path, 2, "forever")
-    steps = tmp_path / "m0.out"
-    deadline = time.monotonic() + RUN_BOUND_S
-    while "step 20" not in steps.read_text():
-        assert time.monotonic() < deadline, "the pod never got going"
-        assert started[0].poll() is None, Path(f"{tmp_path}/m0.err").read_text()[-3000:]
-        time.sleep(0.2)
-    killed_at = time.monotonic()
+    _wait_until_stepping(started, tmp_path)
     pod.kill(1)
-    try:
-        started[0].wait(LOST_BOUND_S)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"machine 0 still ran {LOST_BOUND_S:g} s after machine 1 was killed")
-    named_after = time.monotonic() - killed_at
+    named_after = _named_within(started[0], LOST_BOUND_S, "machine 1 was killed")
     err = (tmp_path / "m0.err").read_text()
     assert started[0].returncode != 0
     assert "MachineLostError: machine 1 (hosts 1, ranks 2-3) was lost during a collective" in err
     assert named_after < LOST_BOUND_S
-    deadline = time.monotonic() + 10
-    while pod.pids(0) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert pod.pids(0) == [], "machine 0 left processes running"
+    _assert_nothing_left(pod, 0)
+
+
+def test_a_silent_machine_is_named_by_the_other_within_the_collective_bound(machines, tmp_path):
+    pod = machines(2)
+    started = _start_pod(pod, tmp_path, 2, "forever", timeout=SILENT_TIMEOUT_S)
+    _wait_until_stepping(started, tmp_path)
+    pod.stop(1)  # alive, its links open, never sending again
+    named_after = _named_within(started[0], SILENT_BOUND_S, "machine 1 went silent")
+    err = (tmp_path / "m0.err").read_text()
+    assert started[0].returncode != 0
+    assert (
+        "MachineLostError: machine 1 (hosts 1, ranks 2-3) did not answer a collective within "
+        f"{SILENT_TIMEOUT_S:g} s"
+    ) in err, err[-3000:]
+    assert SILENT_TIMEOUT_S - 1 < named_after < SILENT_BOUND_S
+    _assert_nothing_left(pod, 0)
 
 
 def _failed_pod(machines, tmp_path: Path, mode: str) -> list[str]:
@@ -177,10 +221,7 @@ def test_a_machine_that_never_joins_is_named_within_the_join_bound(machines, tmp
         f"PodJoinError: machines [1] of 2 never joined the rendezvous at {pod.address(0)}:{PORT} "
         "within 5 s"
     ) in err
-    deadline = time.monotonic() + 10
-    while pod.pids(0) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert pod.pids(0) == [], "machine 0 left processes running"
+    _assert_nothing_left(pod, 0)
 
 
 def test_wrong_token_and_garbage_are_refused_and_the_pod_runs_on(machines, tmp_path):

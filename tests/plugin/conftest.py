@@ -32,6 +32,10 @@ def inner_environment(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
         "XLASIM_BACKEND",
         "XLASIM_TEST_TIMEOUT",
         "XLASIM_ARITHMETIC",
+        "XLASIM_MACHINES",
+        "XLASIM_MACHINE_RANK",
+        "XLASIM_RENDEZVOUS",
+        "XLASIM_POD_TOKEN",
         "PYTEST_XDIST_WORKER",
     ):
         monkeypatch.delenv(name, raising=False)

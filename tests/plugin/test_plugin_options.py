@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from xlasim.pytest_plugin.settings import resolve
+from xlasim.pytest_plugin.settings import PodOptions, resolve
 
 
 class FakeConfig:
@@ -113,6 +113,42 @@ def test_environment_error_end_to_end(pytester, inner_environment) -> None:
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     result.stderr.fnmatch_lines(["*xlasim: XLASIM_DEVICES='abc' is not a whole number*"])
     assert "--xla-devices" not in result.stderr.str()
+    assert result.ret == 4  # pytest's usage-error exit code
+
+
+def test_pod_settings_come_from_each_source_and_are_checked(inner_environment) -> None:
+    """`--xla-machines` and its companions (docs/pods.md): flags over environment over ini, a
+    pod of one machine is no pod, and bad values are blamed on where they came from."""
+    assert resolve(FakeConfig(xla_machines=1)).pod is None
+    inner_environment.setenv("XLASIM_MACHINES", "2")
+    inner_environment.setenv("XLASIM_RENDEZVOUS", "10.231.0.1:29500")
+    inner_environment.setenv("XLASIM_POD_TOKEN", "secret")
+    ini = {"xla_machine_rank": "1", "xla_rendezvous": "10.9.9.9:1"}
+    chosen = resolve(FakeConfig(ini, xla_machines=4)).pod
+    assert chosen == PodOptions(4, 1, "10.231.0.1:29500", "secret")
+    inner_environment.delenv("XLASIM_RENDEZVOUS")
+    assert "xlasim: a pod of 2 machines needs --xla-rendezvous=HOST:PORT" in problem()
+    message = problem({"xla_rendezvous": "nowhere"})
+    assert "ini xla_rendezvous: rendezvous 'nowhere' is not HOST:PORT" in message, message
+    message = problem({"xla_rendezvous": "h:1"}, xla_machine_rank=2)
+    assert "--xla-machine-rank=2: a machine rank of a pod of 2 machines is 0-1" in message
+    message = problem({"xla_rendezvous": "h:1"}, xla_machine_rank=-1)
+    assert "--xla-machine-rank must be at least 0, got -1" in message, message
+
+
+@pytest.mark.parametrize(
+    ("option", "refusal"),
+    [
+        ("--xla-backend=native", "the native backend runs on the TPU pod's own hosts"),
+        ("-n1", "--xla-machines and xdist (-n) do not mix"),
+    ],
+)
+def test_a_pod_is_refused_where_it_cannot_run(pytester, inner_environment, option, refusal):
+    pytester.makepyfile(test_nothing="def test_nothing(): pass")
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--xla-machines=2", "--xla-rendezvous=127.0.0.1:1", option
+    )
+    result.stderr.fnmatch_lines([f"*{refusal}*"])
     assert result.ret == 4  # pytest's usage-error exit code
 
 

@@ -255,7 +255,9 @@ class Run(RunObjects):
             else:
                 self._wait_state(rank, call, lambda: slot.complete)
                 self._check_progress()
-                self._wait(rank, lambda: slot.done, slot.opened_at)
+                # Once every rank has arrived, the slot's completion is bounded by itself (a
+                # meeting with other machines by its own bound, naming a silent machine).
+                self._wait(rank, lambda: slot.done, slot.opened_at, lambda: not slot.complete)
         if completing:
             self._complete(key, slot, combine)
         with self.cond:
@@ -318,16 +320,23 @@ class Run(RunObjects):
     def _wait_state(self, rank: int, call: Call, satisfiable: Callable[[], bool]) -> None:
         self._states[rank] = _RankState(WAITING, call, satisfiable)
 
-    def _wait(self, rank: int, ready: Callable[[], bool], since: float) -> None:
-        """Block (lock held) until `ready()`, an abort, or the collective timeout."""
+    def _wait(
+        self,
+        rank: int,
+        ready: Callable[[], bool],
+        since: float,
+        bounded: Callable[[], bool] = lambda: True,
+    ) -> None:
+        """Block (lock held) until `ready()`, an abort, or the collective timeout (while
+        `bounded()`: past it, what the rank waits for has a bound of its own)."""
         try:
             while not ready():
                 self._raise_if_aborted()
                 remaining = since + self.collective_timeout - time.monotonic()
-                if remaining <= 0:
+                if remaining <= 0 and bounded():
                     self._abort(self._timeout_error())
                     self._raise_if_aborted()
-                self.cond.wait(timeout=min(remaining, 1.0))
+                self.cond.wait(timeout=min(remaining, 1.0) if remaining > 0 else 1.0)
         finally:
             self._states[rank].status = RUNNING
             self._states[rank].call = None

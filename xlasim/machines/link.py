@@ -27,6 +27,8 @@ from .join import Joined
 LEAVE_TIMEOUT_S = 30.0
 #: How often a waiting rank looks at its run's abort while machines exchange.
 POLL_S = 0.05
+#: How much longer gloo waits than an exchange, so the exchange's own deadline comes first.
+GLOO_MARGIN_S = 5.0
 
 
 class _PeerFailed(Exception):
@@ -57,6 +59,8 @@ class PodLink:
         message: bytes,
         peers: list[int],
         aborted: Callable[[], BaseException | None],
+        timeout: float | None = None,
+        what: str = "a collective",
     ) -> dict[int, bytes]:
         """Send `message` to every machine in `peers` and return theirs, by machine.
 
@@ -65,20 +69,23 @@ class PodLink:
             message: this machine's ranks' calls and payloads (`wire.encode`).
             peers: the other machines with ranks in the collective.
             aborted: the run's abort cause, if any: a wait it ends raises `WorldAbortedError`.
+            timeout: the bound of the wait (default: the collective bound).
+            what: what is exchanged, for the error naming a machine that never answers.
         """
+        bound = self.timeout if timeout is None else timeout
         result: dict[str, object] = {"waiting": peers[0]}
         done = threading.Event()
 
         def work() -> None:
             try:
-                result["received"] = self._send_and_receive(key, message, peers, result)
+                result["received"] = self._send_and_receive(key, message, peers, result, bound)
             except BaseException as error:  # reported by the waiting rank
                 result["error"] = error
             finally:
                 done.set()
 
         threading.Thread(target=work, name="xlasim-pod-exchange", daemon=True).start()
-        deadline = time.monotonic() + self.timeout
+        deadline = time.monotonic() + bound
         while not done.wait(POLL_S):
             cause = aborted()
             if cause is not None:
@@ -87,8 +94,8 @@ class PodLink:
                 silent: int = result["waiting"]  # type: ignore[assignment]
                 self.lost.add(silent)
                 raise MachineLostError(
-                    f"{self.describe(silent)} did not answer a collective within "
-                    f"{self.timeout:g} s (raise the bound with XLASIM_TIMEOUT)",
+                    f"{self.describe(silent)} did not answer {what} within "
+                    f"{bound:g} s (raise the bound with XLASIM_TIMEOUT)",
                     silent,
                 )
         error = result.get("error")
@@ -103,14 +110,15 @@ class PodLink:
         return result["received"]  # type: ignore[return-value]
 
     def _send_and_receive(
-        self, key: str, message: bytes, peers: list[int], progress: dict
+        self, key: str, message: bytes, peers: list[int], progress: dict, seconds: float
     ) -> dict[int, bytes]:
         digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
         tag = int.from_bytes(digest[:4], "big") & 0x3FFFFFFE  # even: the body's tag is tag + 1
         check = int.from_bytes(digest, "big", signed=True)
         header = torch.tensor([check, len(message)], dtype=torch.int64)
         body = torch.frombuffer(bytearray(message), dtype=torch.uint8)
-        bound = timedelta(seconds=self.timeout)
+        # gloo's own bound only backs up `exchange`'s deadline, which names a silent machine.
+        bound = timedelta(seconds=seconds + GLOO_MARGIN_S)
         sends = []
         for peer in peers:
             sends.append((peer, self._group.send([header], peer, tag)))

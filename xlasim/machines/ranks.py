@@ -13,10 +13,12 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
-from ..base.errors import MachineLostError
+from ..base.errors import MachineLostError, WorldAbortedError, XlasimError
 from ..base.topology import Topology
 from ..emulation.rendezvous import Run
 from ..ranks.processes import ProcessRanks
+from ..reports.rank_outcome import RankOutcome
+from . import results
 from .join import join
 from .link import PodLink
 from .meeting import Meetings
@@ -54,6 +56,8 @@ class MachineRanks(ProcessRanks):
 
     def finished(self, run: Run) -> None:
         super().finished(run)
+        if run.abort_cause is None:
+            self._share_results(run)
         cause = run.abort_cause
         if cause is None or isinstance(cause, MachineLostError):
             return  # nothing to tell, or the others know already
@@ -64,6 +68,55 @@ class MachineRanks(ProcessRanks):
             else f"{type(cause).__name__}: {cause}"
         )
         self._link.publish_failure(self._launch, text[:NOTICE_CHARS])
+
+    def _share_results(self, run: Run) -> None:
+        """Every machine's ranks' results into every machine's outcomes (`results`): the
+        launch's caller runs on each machine. A machine that failed instead, or never answers,
+        aborts the run naming it."""
+        me = self.settings.machine_rank
+        mine = [r for r in self.settings.ranks_of(self.topology, me) if r < run.size]
+        others = [m for m in range(self.settings.machines) if m != me]
+        try:
+            received = self._link.exchange(
+                f"{self._launch}/results",
+                results.encode({r: run.outcomes[r].result for r in mine}),  # type: ignore[union-attr]
+                others,
+                self._failure_notice,
+                what="with its ranks' results",
+            )
+            for machine, message in received.items():
+                for rank, result in results.decode(message, machine).items():
+                    run.outcomes[rank] = RankOutcome(rank, run.size, result=result)
+        except WorldAbortedError as released:  # another machine said it failed
+            run.abort(released.cause)  # type: ignore[arg-type]
+        except XlasimError as error:  # lost, silent, or sent what is not results
+            run.abort(error)
+
+    def _failure_notice(self) -> MachineLostError | None:
+        """The first failure another machine published about this launch, as its error."""
+        for machine, notice in self._link.failures(self._launch).items():
+            return self._link.failed(machine, notice)
+        return None
+
+    def agree(self, topic: str, text: str, timeout: float) -> dict[int, str]:
+        """What every other machine says about `topic` when this one says `text` (a check
+        that the machines are about to do the same thing, such as run the same tests).
+
+        Args:
+            topic: the question, the same on every machine.
+            text: this machine's answer.
+            timeout: how long to wait for the slowest machine's answer (seconds).
+        """
+        me = self.settings.machine_rank
+        received = self._link.exchange(
+            f"agree/{topic}",
+            text.encode(),
+            [m for m in range(self.settings.machines) if m != me],
+            lambda: None,
+            timeout=timeout,
+            what=f"about {topic}",
+        )
+        return {machine: raw.decode(errors="replace") for machine, raw in received.items()}
 
     def _where(self, rank: int) -> tuple[str, str]:
         machine = self.settings.machine_of(self.topology, rank)

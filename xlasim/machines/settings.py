@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import secrets
 import socket
+import sys
 from dataclasses import dataclass
 
+from ..base import emulated_slice
 from ..base.errors import PodJoinError
 from ..base.topology import Topology
 
@@ -101,6 +104,55 @@ def from_environment() -> PodSettings | None:
     address = os.environ.get(ADDRESS_ENV) or route_to(host)
     timeout = float(os.environ.get(JOIN_TIMEOUT_ENV, DEFAULT_JOIN_TIMEOUT_S))
     return PodSettings(machines, machine_rank, host, port, token, address, timeout)
+
+
+def export(
+    machines: int | None,
+    machine_rank: int | None,
+    rendezvous: str | None,
+    token: str | None,
+    address: str | None = None,
+    token_flag: str = "--token",
+) -> None:
+    """Put the pod options given into the environment, where the world and its worker processes
+    read them; on machine 0 of a pod without a token, make one and print it for the others.
+
+    Args:
+        machines, machine_rank, rendezvous, token, address: the options (None: not given, the
+            environment's value, if any, stands).
+        token_flag: how the user passes the token to the other machines, for the printed line.
+    """
+    for value, name in (
+        (machines, MACHINES_ENV),
+        (machine_rank, MACHINE_RANK_ENV),
+        (rendezvous, RENDEZVOUS_ENV),
+        (token, TOKEN_ENV),
+        (address, ADDRESS_ENV),
+    ):
+        if value is not None:
+            os.environ[name] = str(value)
+    pod = int(os.environ.get(MACHINES_ENV, "1")) > 1
+    first = os.environ.get(MACHINE_RANK_ENV, "0") == "0"
+    if pod and first and not os.environ.get(TOKEN_ENV):
+        os.environ[TOKEN_ENV] = secrets.token_hex(16)
+        print(
+            f"xlasim: the pod's token (give it to every other machine with {token_flag}): "
+            f"{os.environ[TOKEN_ENV]}",
+            file=sys.stderr,
+        )
+
+
+def enter(topology: Topology) -> None:
+    """On a machine of a pod, check the slice spreads over the machines and make this process
+    answer as the first host this machine holds (as the launching host of a TPU VM does).
+
+    Args:
+        topology: the emulated slice this process set up.
+    """
+    settings = from_environment()
+    if settings is not None:
+        settings.check(topology)
+        emulated_slice.move_to_host(settings.hosts_of(topology, settings.machine_rank).start)
 
 
 def parse_endpoint(text: str) -> tuple[str, int]:

@@ -78,26 +78,35 @@ def encode(arrivals: dict[int, tuple[Any, Any]]) -> bytes:
         elif isinstance(payload, (list, tuple)) and all(
             isinstance(t, torch.Tensor) for t in payload
         ):
-            entry["tensors"] = [_layout(rank, t) for t in payload]
-            buffers += [_raw(t) for t in payload]
+            entry["tensors"] = [tensor_layout(t, f"rank {rank}'s") for t in payload]
+            buffers += [tensor_bytes(t) for t in payload]
         else:
             raise XlasimError(
                 f"rank {rank}'s {call.op} payload ({type(payload).__name__}) cannot cross "
                 "machines: only tensors and bytes do"
             )
         entries.append(entry)
-    header = json.dumps(entries).encode()
-    return b"".join([len(header).to_bytes(_LENGTH, "big"), header, *buffers])
+    return frame(entries, buffers)
+
+
+def frame(header: Any, buffers: list[bytes]) -> bytes:
+    """A message: the 8-byte length of the JSON `header`, the header, then the raw buffers."""
+    text = json.dumps(header).encode()
+    return b"".join([len(text).to_bytes(_LENGTH, "big"), text, *buffers])
+
+
+def unframe(message: bytes) -> tuple[Any, memoryview, int]:
+    """A message's JSON header, a view of the message, and the offset of its first buffer
+    (raises ValueError, as `json` does, on a malformed one)."""
+    length = int.from_bytes(message[:_LENGTH], "big")
+    return json.loads(message[_LENGTH : _LENGTH + length]), memoryview(message), _LENGTH + length
 
 
 def decode(message: bytes, machine: int) -> dict[int, tuple[MachineCall, Any]]:
     """Another machine's message as `{rank: (call, payload)}`; a malformed one is an error
     naming the machine."""
     try:
-        length = int.from_bytes(message[:_LENGTH], "big")
-        entries = json.loads(message[_LENGTH : _LENGTH + length])
-        view = memoryview(message)
-        offset = _LENGTH + length
+        entries, view, offset = unframe(message)
         arrivals = {}
         for entry in entries:
             call = MachineCall(entry["op"], entry["signature"], entry["location"], machine)
@@ -107,7 +116,7 @@ def decode(message: bytes, machine: int) -> dict[int, tuple[MachineCall, Any]]:
             else:
                 payload = []
                 for layout in entry["tensors"]:
-                    payload.append(_tensor(view[offset : offset + layout["bytes"]], layout))
+                    payload.append(tensor_from(view[offset : offset + layout["bytes"]], layout))
                     offset += layout["bytes"]
             arrivals[int(entry["rank"])] = (call, payload)
         if offset != len(message):
@@ -119,19 +128,23 @@ def decode(message: bytes, machine: int) -> dict[int, tuple[MachineCall, Any]]:
     return arrivals
 
 
-def _layout(rank: int, tensor: torch.Tensor) -> dict[str, Any]:
+def tensor_layout(tensor: torch.Tensor, whose: str) -> dict[str, Any]:
+    """What a receiver needs to rebuild `tensor` from its bytes; `whose` names it in errors."""
     name = str(tensor.dtype).removeprefix("torch.")
     if name not in DTYPES:
-        raise XlasimError(f"rank {rank}'s {tensor.dtype} tensor cannot cross machines")
+        raise XlasimError(f"{whose} {tensor.dtype} tensor cannot cross machines")
     return {"dtype": name, "shape": list(tensor.shape), "bytes": tensor.nbytes}
 
 
-def _raw(tensor: torch.Tensor) -> bytes:
+def tensor_bytes(tensor: torch.Tensor) -> bytes:
+    """A tensor's elements as raw bytes, in row-major order."""
     flat = tensor.detach().contiguous().reshape(-1)
     return flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
 
 
-def _tensor(raw: memoryview, layout: dict[str, Any]) -> torch.Tensor:
+def tensor_from(raw: memoryview, layout: dict[str, Any]) -> torch.Tensor:
+    """The tensor of `layout` (`tensor_layout`) over a copy of `raw`; the dtype comes from the
+    fixed table, so a peer's header can name nothing else."""
     dtype = DTYPES[layout["dtype"]]
     shape = [int(size) for size in layout["shape"]]
     if not raw.nbytes:

@@ -19,4 +19,5 @@ pytest_plugins = [
     "xlasim.pytest_plugin.reporting",
     "xlasim.pytest_plugin.metrics",
     "xlasim.pytest_plugin.races",
+    "xlasim.pytest_plugin.pods",
 ]

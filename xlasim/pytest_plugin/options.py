@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ..base.topology import PRESETS
+from ..machines import settings as pod
 from ..tpu.arithmetic_choice import ARITHMETIC_ENV, ARITHMETICS
 from .settings import (
     BACKEND_ENV,
@@ -106,6 +107,40 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="SEED",
         help="run the ranks under the schedule of this seed (replays a failure of --xla-schedules)",
     )
+    pods = parser.getgroup(
+        "xlasim pod",
+        "the emulated slice spread over several machines, each running the same "
+        "collection (docs/pods.md)",
+    )
+    pods.addoption(
+        "--xla-machines",
+        type=int,
+        default=None,
+        metavar="M",
+        help=f"machines of the pod, each holding an equal share of the slice's hosts (env "
+        f"{pod.MACHINES_ENV}, ini xla_machines; default 1)",
+    )
+    pods.addoption(
+        "--xla-machine-rank",
+        type=int,
+        default=None,
+        metavar="K",
+        help=f"this machine's place, 0 to M-1 (env {pod.MACHINE_RANK_ENV}, ini xla_machine_rank)",
+    )
+    pods.addoption(
+        "--xla-rendezvous",
+        default=None,
+        metavar="HOST:PORT",
+        help=f"machine 0's address and a free port; machine 0 listens there only (env "
+        f"{pod.RENDEZVOUS_ENV}, ini xla_rendezvous)",
+    )
+    pods.addoption(
+        "--xla-token",
+        default=None,
+        metavar="TOKEN",
+        help=f"the pod's secret, the same on every machine (env {pod.TOKEN_ENV}, ini xla_token; "
+        "machine 0 makes and prints one when none is given). The environment keeps it out of ps.",
+    )
     parser.addini("xla_devices", "number of emulated XLA cores", default=None)
     parser.addini("xla_processes", "worker processes holding the emulated cores", default=None)
     parser.addini("xla_hosts", "emulated hosts the processes are spread over", default=None)
@@ -113,3 +148,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("xla_backend", "auto, emulated or native", default=None)
     parser.addini("xla_timeout", "seconds a per-rank test may take", default=None)
     parser.addini("xla_arithmetic", "tpu or exact: f32 matmuls on emulated cores", default=None)
+    parser.addini("xla_machines", "machines of the pod the slice is spread over", default=None)
+    parser.addini("xla_machine_rank", "this machine's place in the pod", default=None)
+    parser.addini("xla_rendezvous", "machine 0's HOST:PORT", default=None)
+    parser.addini("xla_token", "the pod's secret (better in XLASIM_POD_TOKEN)", default=None)

@@ -26,6 +26,7 @@ from . import progress
 from .settings import BACKENDS, resolve
 
 if TYPE_CHECKING:
+    from ..base.topology import Topology
     from .executor import Executor
     from .outcomes import RankOutcome
 
@@ -78,6 +79,9 @@ def activate(config: pytest.Config) -> None:
             "xlasim: --xla-processes, --xla-hosts and --xla-topology shape the emulated slice; "
             "the native backend runs the slice it finds (xmp.spawn's own processes)"
         )
+    if settings.pod is not None:
+        _refuse_pod_here(config, backend)
+        settings.pod.export()
     if backend == "emulated" and not is_xdist_controller(config):
         from .. import activation as core
 
@@ -107,9 +111,38 @@ def activate(config: pytest.Config) -> None:
                 ) from None
             except XlasimError as error:
                 raise pytest.UsageError(f"xlasim: {error}") from None
+        if settings.pod is not None:
+            _enter_pod(core.topology())
     if not is_xdist_controller(config):
         _refuse_spmd_here(backend)  # this process runs every test: SPMD here would outlive it
     config.stash[backend_key] = backend
+
+
+def _refuse_pod_here(config: pytest.Config, backend: str) -> None:
+    """A pod spreads an emulated slice over machines whose pytest processes run the same tests
+    in step: natively the TPU pod's own runtime joins the hosts, and xdist's workers would each
+    be a machine of their own."""
+    if backend != "emulated":
+        raise pytest.UsageError(
+            "xlasim: --xla-machines spreads an emulated slice over machines; the native "
+            "backend runs on the TPU pod's own hosts (drop --xla-machines there)"
+        )
+    if getattr(config.known_args_namespace, "numprocesses", None):
+        raise pytest.UsageError(
+            "xlasim: --xla-machines and xdist (-n) do not mix: every machine of a pod runs the "
+            "same tests in one pytest process"
+        )
+
+
+def _enter_pod(topology: Topology) -> None:
+    """On a machine of a pod: the slice checked against the machines, this process answering
+    as the machine's first host (`machines.settings.enter`)."""
+    from ..machines import settings as pod
+
+    try:
+        pod.enter(topology)
+    except XlasimError as error:
+        raise pytest.UsageError(f"xlasim: {type(error).__name__}: {error}") from None
 
 
 def start(session: pytest.Session) -> None:

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from ..base.errors import XlasimError
+from ..base.errors import PodJoinError, XlasimError
 from ..base.topology import Topology, preset
+from ..machines import settings as pod
 from ..tpu.arithmetic_choice import ARITHMETIC_ENV, check_arithmetic
 
 DEVICES_ENV = "XLASIM_DEVICES"
@@ -52,6 +53,8 @@ class Settings:
     #: f32 matmul arithmetic on emulated cores ("tpu", "exact"), or None: `XLASIM_ARITHMETIC`,
     #: else the TPU's (the core reads the variable, so it is only set from here when asked).
     arithmetic: str | None = None
+    #: The pod this session's machine belongs to (docs/pods.md), or None: a machine of its own.
+    pod: PodOptions | None = None
 
     def slice(self) -> Topology:
         """The emulated slice asked for (cores default to 8)."""
@@ -63,6 +66,24 @@ class Settings:
         """`v4-16: 2 hosts x 4 processes x 1 core = 8 cores`, or the counts alone."""
         described = self.slice().describe()
         return f"{self.topology}: {described}" if self.topology else described
+
+
+@dataclass(frozen=True)
+class PodOptions:
+    """`--xla-machines=M --xla-machine-rank=K --xla-rendezvous=HOST:PORT --xla-token=T`: the
+    slice spread over M machines, each running the same collection (docs/pods.md)."""
+
+    machines: int
+    machine_rank: int
+    rendezvous: str
+    #: None: machine 0 makes one and prints it (the others must be given it).
+    token: str | None
+
+    def export(self) -> None:
+        """Into the environment, where the world and its worker processes read a pod."""
+        pod.export(
+            self.machines, self.machine_rank, self.rendezvous, self.token, token_flag="--xla-token"
+        )
 
 
 settings_key = pytest.StashKey[Settings]()
@@ -79,6 +100,10 @@ _FLAGS = {
     "xla_topology": "--xla-topology",
     "xla_backend": "--xla-backend",
     "xla_timeout": "--xla-timeout",
+    "xla_machines": "--xla-machines",
+    "xla_machine_rank": "--xla-machine-rank",
+    "xla_rendezvous": "--xla-rendezvous",
+    "xla_token": "--xla-token",
 }
 #: The settings that count the slice (a named topology competes with them as a whole).
 _COUNTS = ("xla_devices", "xla_processes", "xla_hosts")
@@ -89,6 +114,10 @@ ENVIRONMENT_VARIABLES = {
     "xla_topology": TOPOLOGY_ENV,
     "xla_backend": BACKEND_ENV,
     "xla_timeout": TEST_TIMEOUT_ENV,
+    "xla_machines": pod.MACHINES_ENV,
+    "xla_machine_rank": pod.MACHINE_RANK_ENV,
+    "xla_rendezvous": pod.RENDEZVOUS_ENV,
+    "xla_token": pod.TOKEN_ENV,
 }
 
 
@@ -136,7 +165,7 @@ def asked_by(config: pytest.Config) -> str | None:
     return None
 
 
-def _whole(source: Source) -> int | None:
+def _whole(source: Source, least: int = 1) -> int | None:
     if source.raw is None:
         return None
     try:
@@ -145,9 +174,34 @@ def _whole(source: Source) -> int | None:
         raise pytest.UsageError(
             f"xlasim: {source.name}={source.raw!r} is not a whole number"
         ) from None
-    if value < 1:
-        raise pytest.UsageError(f"xlasim: {source.name} must be at least 1, got {value}")
+    if value < least:
+        raise pytest.UsageError(f"xlasim: {source.name} must be at least {least}, got {value}")
     return value
+
+
+def _pod(config: pytest.Config) -> PodOptions | None:
+    """The pod options, checked (a machine rank within the pod, a HOST:PORT rendezvous), or
+    None when the session's slice is on this machine alone."""
+    machines = _whole(_source(config, "xla_machines"))
+    if machines is None or machines == 1:
+        return None
+    rank = _source(config, "xla_machine_rank")
+    machine_rank = _whole(rank, least=0) or 0
+    if machine_rank >= machines:
+        raise pytest.UsageError(
+            f"xlasim: {rank}: a machine rank of a pod of {machines} machines is 0-{machines - 1}"
+        )
+    rendezvous = _source(config, "xla_rendezvous")
+    if rendezvous.raw is None:
+        raise pytest.UsageError(
+            f"xlasim: a pod of {machines} machines needs --xla-rendezvous=HOST:PORT (or "
+            f"{pod.RENDEZVOUS_ENV}, ini xla_rendezvous): machine 0's address and a free port"
+        )
+    try:
+        pod.parse_endpoint(rendezvous.raw)
+    except PodJoinError as error:
+        raise pytest.UsageError(f"xlasim: {rendezvous.name}: {error}") from None
+    return PodOptions(machines, machine_rank, rendezvous.raw, _source(config, "xla_token").raw)
 
 
 def _slice(config: pytest.Config) -> tuple[int | None, int | None, int | None, str | None, bool]:
@@ -227,6 +281,7 @@ def resolve(config: pytest.Config) -> Settings:
         name,
         on_command_line,
         _arithmetic(config),
+        _pod(config),
     )
     return config.stash[settings_key]
 

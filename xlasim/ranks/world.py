@@ -260,6 +260,18 @@ class World:
             raise run.abort_cause
         return outcomes
 
+    def agree_across_machines(self, topic: str, text: str, timeout: float) -> dict[int, str]:
+        """On a machine of a pod (docs/pods.md): what every other machine answers about `topic`
+        when this one answers `text`, by machine; off a pod there are no others: `{}`.
+
+        Args:
+            topic: the question, the same text on every machine.
+            text: this machine's answer.
+            timeout: how long the slowest machine may take to answer (seconds).
+        """
+        agree = getattr(self._ranks, "agree", None)  # only `MachineRanks` has other machines
+        return {} if agree is None else agree(topic, text, timeout)
+
     def close(self) -> list[int]:
         """Stop the world's ranks; returns the ranks that could not be stopped (stuck in
         native code), which would abort the interpreter at exit."""
