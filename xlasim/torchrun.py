@@ -121,17 +121,23 @@ def launch(target: str, args: Sequence[str], module: bool) -> None:
     # The agent's store, which the workers reach as clients: open until this returns.
     store = dist.TCPStore(MASTER_ADDR, 0, is_master=True, wait_for_workers=False)
     environments = worker_environments(slice, store.port, _log_dirs(slice), os.environ)
-    world().run(_worker, (environments, target, tuple(args), module))
+    # Ranks of other emulated hosts work in their hosts' directories: the script's absolute
+    # path, resolved here, for those where the path as given names nothing.
+    script = target if module else os.path.abspath(target)
+    world().run(_worker, (environments, target, script, tuple(args), module))
 
 
 def _worker(
     rank: int,
     environments: Sequence[Mapping[str, str]],
     target: str,
+    script: str,
     args: Sequence[str],
     module: bool,
 ) -> None:
-    """One torchrun worker: the script as `__main__` with the rank's torchrun environment."""
+    """One torchrun worker: the script as `__main__` with the rank's torchrun environment, by
+    the path as given (its argv[0], as torchrun's) where it names the script from this rank's
+    directory, else by `script`, the absolute path the launcher resolved."""
     os.environ.update(environments[rank])
     saved_argv, saved_path = sys.argv, list(sys.path)
     sys.argv = [target, *args]
@@ -139,8 +145,9 @@ def _worker(
         if module:
             runpy.run_module(target, run_name="__main__", alter_sys=True)
         else:
-            sys.path.insert(0, os.path.dirname(os.path.abspath(target)))
-            runpy.run_path(target, run_name="__main__")
+            path = target if os.path.isfile(target) else script
+            sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+            runpy.run_path(path, run_name="__main__")
     except SystemExit as exit:
         status = exit_status(exit.code)
         if not isinstance(exit.code, (int, type(None))):

@@ -80,6 +80,50 @@ def test_console_script_reads_devices_from_environment(tmp_path):
     assert "probe 3 ['--flag', 'x']" in done.stdout
 
 
+XLASIM_RUN = [sys.executable, "-m", "xlasim", "run"]
+#: A script that launches (plain) and one that is every rank (`--torchrun`), each printing
+#: which host its ranks answer as.
+_HOSTS_SCRIPTS = {
+    "": (
+        "import os\n"
+        "import torch_xla.distributed.xla_multiprocessing as xmp\n"
+        "import torch_xla.runtime as xr\n"
+        "def fn(i):\n"
+        "    os.write(1, f'rank {xr.global_ordinal()} host {xr.host_index()}\\n'.encode())\n"
+        "if __name__ == '__main__':\n"
+        "    xmp.spawn(fn)\n"
+    ),
+    "--torchrun": (
+        "import os\n"
+        "rank = int(os.environ['RANK'])\n"
+        "os.write(1, f'rank {rank} host {int(os.environ[\"GROUP_RANK\"])}\\n'.encode())\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("mode", list(_HOSTS_SCRIPTS))
+def test_a_script_given_by_a_relative_path_runs_on_every_emulated_host(tmp_path, mode):
+    """Worker processes of hosts other than the first work in their host's own directory, and
+    import the script there (for the functions it defines, or as every rank under
+    `--torchrun`): its path must not be relative to the launching directory (before:
+    FileNotFoundError on host 1's ranks)."""
+    script = tmp_path / "jobs" / "hosts.py"
+    script.parent.mkdir()
+    script.write_text(_HOSTS_SCRIPTS[mode])
+    slice = ["--devices", "4", "--processes", "4", "--hosts", "2"]
+    done = subprocess.run(
+        [*XLASIM_RUN, *([mode] if mode else []), *slice, "jobs/hosts.py"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={k: v for k, v in os.environ.items() if not k.startswith("XLASIM_")},
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = sorted(line for line in done.stdout.splitlines() if line.startswith("rank "))
+    assert lines == [f"rank {rank} host {rank // 2}" for rank in range(4)], done.stdout
+
+
 def test_cli_reports_rank_failures_and_exits_nonzero(tmp_path):
     script = tmp_path / "fails.py"
     script.write_text(

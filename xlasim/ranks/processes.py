@@ -205,9 +205,11 @@ def _pickle_jobs(jobs: dict) -> bytes:
 
 def _main_path() -> str | None:
     """The launching script, which workers import (as multiprocessing's spawn does) so that
-    functions defined in it can be found, even inside payloads pickled by the caller."""
+    functions defined in it can be found, even inside payloads pickled by the caller. By its
+    absolute path: workers of other emulated hosts work in their own directories, where a path
+    relative to the launching one (`xlasim run jobs/train.py`) names nothing."""
     path = getattr(sys.modules.get("__main__"), "__file__", None)
-    return path if path and os.path.isfile(path) else None
+    return os.path.abspath(path) if path and os.path.isfile(path) else None
 
 
 @contextmanager
