@@ -137,7 +137,7 @@ def test_two_machines_compute_what_one_machine_does_bit_for_bit(machines, tmp_pa
     wait_succeeded(reference, tmp_path / "one", RUN_BOUND_S)
     one = _rank_lines(tmp_path / "one.out")
     two = _rank_lines(tmp_path / "m0.out", tmp_path / "m1.out")
-    assert len(one) == 2 * 4 * 12, one  # 2 launches x 4 ranks x 12 lines
+    assert len(one) == 2 * 4 * 14, one  # 2 launches x 4 ranks x 14 lines
     assert two == one
     # Machine 1's ranks are hosts 1's: the pod's identity, not a machine of its own.
     assert "rank 2: identity process 2 of 4, local 0, host 1" in two

@@ -293,18 +293,34 @@ class Run(RunObjects):
     # ----------------------------------------------------------------- point to point
 
     def send(self, rank: int, channel: Any, call: Call, payload: Any) -> None:
-        """Deposit a message; sends never block, as XLA's do not until the receiver runs."""
-        with synchronizing(), self.cond:
-            self._raise_if_aborted()
-            if self.syncs is not None:
-                self.syncs.send(rank, channel)
-            self._mailboxes.setdefault(channel, deque()).append((call, payload))
-            self.completed[call.op] += 1
-            self.cond.notify_all()
+        """Deposit a message; sends never block, as XLA's do not until the receiver runs. On a
+        pod the channel's mailbox is the pod's (`machines.post`): any rank may receive."""
+        with synchronizing():
+            with self.cond:
+                self._raise_if_aborted()
+                if self.syncs is not None:
+                    self.syncs.send(rank, channel)
+                self.completed[call.op] += 1
+                if self.machines is None:
+                    self._mailboxes.setdefault(channel, deque()).append((call, payload))
+                    self.cond.notify_all()
+                    return
+            self.machines.post(self, rank, channel, call, payload)
 
     def receive(self, rank: int, channel: Any, call: Call) -> tuple[Call, Any]:
         """Take the oldest message of a channel, waiting (bounded) until one is there."""
-        with synchronizing(), self.cond:
+        with synchronizing():
+            if self.machines is None:
+                return self._receive_here(rank, channel, call)
+            self._raise_if_aborted()
+            received = self.machines.take(self, rank, channel, call)
+            with self.cond:
+                if self.syncs is not None:
+                    self.syncs.receive(rank, channel)
+            return received
+
+    def _receive_here(self, rank: int, channel: Any, call: Call) -> tuple[Call, Any]:
+        with self.cond:
             self._raise_if_aborted()
             box = self._mailboxes.setdefault(channel, deque())
             if not box:

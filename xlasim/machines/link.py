@@ -19,7 +19,12 @@ from datetime import timedelta
 
 import torch
 
-from ..base.errors import MachineLostError, WorldAbortedError, XlasimError
+from ..base.errors import (
+    CollectiveTimeoutError,
+    MachineLostError,
+    WorldAbortedError,
+    XlasimError,
+)
 from ..base.topology import Topology
 from .join import Joined
 
@@ -142,6 +147,59 @@ class PodLink:
             except RuntimeError as error:
                 raise _PeerFailed(peer, error) from None
         return received
+
+    # ------------------------------------------------------------- messages through the store
+
+    def post(self, mailbox: str, message: bytes) -> None:
+        """Append `message` to the pod's `mailbox` (a FIFO every machine shares, in the store:
+        the order of posting is the store's order of `add`).
+
+        Args:
+            mailbox: the mailbox's name, the same text on every machine.
+            message: the message, plain bytes.
+        """
+        try:
+            index = self._store.add(f"{mailbox}/posted", 1)
+            self._store.set(f"{mailbox}/{index}", message)
+        except RuntimeError as error:
+            raise self._rendezvous_lost(error) from None
+
+    def take(self, mailbox: str, aborted: Callable[[], BaseException | None]) -> bytes:
+        """Take the oldest message of `mailbox` not yet taken by any machine, waiting for it
+        within the collective bound.
+
+        Args:
+            mailbox: the mailbox's name, as `post` was given it.
+            aborted: the run's abort cause, if any: a wait it ends raises `WorldAbortedError`.
+
+        Raises:
+            CollectiveTimeoutError: no machine posted the message within the bound.
+        """
+        try:
+            key = f"{mailbox}/{self._store.add(f'{mailbox}/taken', 1)}"
+            deadline = time.monotonic() + self.timeout
+            while not self._store.check([key]):
+                cause = aborted()
+                if cause is not None:
+                    raise WorldAbortedError(cause)
+                if time.monotonic() > deadline:
+                    raise CollectiveTimeoutError(
+                        f"no rank of the pod's {self.settings.machines} machines sent it within "
+                        f"{self.timeout:g} s (raise the bound with XLASIM_TIMEOUT)"
+                    )
+                time.sleep(POLL_S)
+            message = self._store.get(key)
+            self._store.delete_key(key)
+        except RuntimeError as error:
+            raise self._rendezvous_lost(error) from None
+        return message
+
+    def _rendezvous_lost(self, error: RuntimeError) -> MachineLostError:
+        return MachineLostError(
+            f"{self.describe(0)}'s rendezvous, through which the pod's messages pass, is gone: "
+            f"{error}",
+            0,
+        )
 
     # ------------------------------------------------------------- notices through the store
 

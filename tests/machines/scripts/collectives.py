@@ -12,7 +12,9 @@ import os
 import sys
 
 import torch
+import torch.distributed as dist
 import torch_xla.core.xla_model as xm
+import torch_xla.distributed.xla_backend  # noqa: F401  (registers the `xla` backend)
 import torch_xla.distributed.xla_multiprocessing as xmp
 import torch_xla.runtime as xr
 
@@ -50,6 +52,20 @@ def program(index: int, launch: int) -> None:
             x[:5], [[i, (i + 1) % size] for i in range(size)]
         ),
     }
+    # A ring of xm.send/recv, each rank on a channel of its own: ranks 1 -> 2 and 3 -> 0 cross
+    # machines on a pod of 2.
+    xm.send(x[:6] * (rank + 1), channel_id=100 + rank)
+    received = torch.zeros(6, device=device)
+    results["send_recv_ring"] = xm.recv(received, channel_id=100 + (rank - 1) % size)
+    # torch_xla's own send/recv pipeline (test_collective_ops_tpu): ranks 0-1 send to 2-3 through
+    # the `xla` process group, each pair across machines on a pod of 2.
+    dist.init_process_group("xla", init_method="xla://")
+    piped = x[:3].clone()
+    if rank < size // 2:
+        dist.send(piped, rank + size // 2)
+    else:
+        dist.recv(piped, rank - size // 2)
+    results["dist_send_recv_pipeline"] = piped
     for name, value in results.items():
         say(f"rank {rank}: {name} {digest(value)}")
     say(f"rank {rank}: rendezvous {xm.rendezvous('tag', f'r{rank}'.encode())}")
