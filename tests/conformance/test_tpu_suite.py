@@ -9,7 +9,6 @@ miniature tree (two files, each run twice, ~10 s apiece).
 from __future__ import annotations
 
 import ast
-import importlib.util
 import json
 import os
 import subprocess
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from xlasim.conformance import discovery
+from xlasim.conformance import discovery, reasons
 from xlasim.conformance.baseline import BRANCHES, CLOSES, OPENS, UNKNOWN, compare
 from xlasim.conformance.classify import (
     EMULATION_LIMIT,
@@ -311,10 +310,25 @@ def test_a_documented_limit_of_emulation_is_named_only_on_its_signature(tmp_path
     assert other == (FAILED, "ValueError: wrong")
 
 
-def test_torch_xlas_jax_feature_error_names_the_missing_package(tmp_path: Path) -> None:
-    """torch_xla swallows the ImportError of torchax / jax and says only "Jax is required"."""
+def test_torch_xlas_jax_feature_error_names_the_missing_package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch_xla swallows the ImportError of torchax / jax and says only "Jax is required"; the
+    reason names the package really missing, here one torchax imports (as the installed torchax
+    imports flax, which was reported as "needs torchax")."""
+    fakes = tmp_path / "fakes"
+    for package, code in (("jax", ""), ("torchax", "import flax_of_this_test\n")):
+        (fakes / package).mkdir(parents=True)
+        (fakes / package / "__init__.py").write_text(code)
+    monkeypatch.setenv("PYTHONPATH", str(fakes))
+    reasons.jax_feature_blocker.cache_clear()
     job = Job(tmp_path, tmp_path / "test_assume_pure.py", PYTEST, False)
     output = "E   AssertionError: Jax is required for this feature\n"
-    missing = "torchax" if importlib.util.find_spec("jax") else "jax"
-    result, reason = failure(job, job.rel, output, "AssertionError: Jax is required")
-    assert (result, reason) == (NEEDS_PACKAGE, f"needs {missing} (No module named {missing!r})")
+    try:
+        result, reason = failure(job, job.rel, output, "AssertionError: Jax is required")
+    finally:
+        reasons.jax_feature_blocker.cache_clear()
+    assert (result, reason) == (
+        NEEDS_PACKAGE,
+        "needs flax_of_this_test (No module named 'flax_of_this_test')",
+    )

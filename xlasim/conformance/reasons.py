@@ -7,9 +7,11 @@ outputs written by hand.
 
 from __future__ import annotations
 
-import importlib.util
+import functools
 import re
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 #: Modules a test may need that are part of the stack under test: missing, they are a broken
@@ -47,23 +49,51 @@ def assertion_site(text: str) -> str | None:
 _FRAME = re.compile(r'\s*File "([^"]+)", line (\d+), in ')
 
 
+_NO_MODULE = re.compile(r"ModuleNotFoundError: No module named '([\w.]+)'")
+
+
 def missing_package(text: str, root: Path) -> str | None:
     """The top-level package a ModuleNotFoundError names, unless it is part of the stack under
     test or of the test tree itself (its modules, or the tree as a package, `test.pjrt...`):
     then the test's import path is wrong, a real failure."""
-    for name in re.findall(r"ModuleNotFoundError: No module named '([\w.]+)'", text):
+    for name in _NO_MODULE.findall(text):
         top = name.split(".")[0]
         own = top == root.name or (root / f"{top}.py").exists() or (root / top).is_dir()
         if top not in _STACK and not own:
             return top
     if _JAX_FEATURE in text:
-        return "torchax" if importlib.util.find_spec("jax") else "jax"
+        return jax_feature_blocker()
     return None
 
 
 #: torch_xla's own error when `torchax` or `jax` cannot be imported (its `maybe_get_torchax`,
 #: `maybe_get_jax` return None): the import error itself is swallowed.
 _JAX_FEATURE = "AssertionError: Jax is required for this feature"
+#: The modules torch_xla's JAX features import, in order (torchax imports jax).
+_JAX_FEATURE_MODULES = ("jax", "torchax")
+
+
+@functools.cache
+def jax_feature_blocker() -> str:
+    """The package whose absence stops torch_xla's JAX features: `jax`, `torchax`, or what one
+    of them imports and cannot find (torchax 0.0.x imports `flax`, which torch_xla's `pallas`
+    extra does not install), found by importing them in a fresh interpreter of this
+    environment (so the runner does not load JAX itself). Cached: one answer per run."""
+    for module in _JAX_FEATURE_MODULES:
+        done = subprocess.run(
+            [sys.executable, "-c", f"import {module}"],
+            capture_output=True,
+            text=True,
+            timeout=_IMPORT_BOUND_S,
+        )
+        missing = _NO_MODULE.findall(done.stderr)
+        if missing:
+            return missing[-1].split(".")[0]
+    return _JAX_FEATURE_MODULES[-1]  # importable now: it failed in the test's environment
+
+
+#: How long importing JAX may take in the fresh interpreter (seconds; it takes ~5 unloaded).
+_IMPORT_BOUND_S = 300
 
 
 def crash_reason(status: int | None, text: str) -> str | None:
