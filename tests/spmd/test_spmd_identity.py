@@ -75,6 +75,7 @@ def test_multislice_hybrid_mesh() -> None:
         assert attributes == {
             "coords": [k % X, k // X, 0],
             "core_on_chip": 0,
+            "num_cores": 1,
             "name": f"TPU:{device}",
             "slice_index": slice_index,
             "num_slices": SLICES,

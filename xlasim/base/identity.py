@@ -104,9 +104,11 @@ class Identity:
 
     def device_attributes(self, ordinal: int) -> dict[str, object]:
         """`xr.runtime_device_attributes` of global device `ordinal`: its chip's coordinates in
-        its slice (hosts tiled by the host bounds, x fastest) and its core on the chip; on a
-        multislice, also the slice it belongs to (devices numbered slice after slice) and how
-        many there are, as the TPU runtime adds them for `xs.HybridMesh`."""
+        its slice (hosts tiled by the host bounds, x fastest), its core on the chip and the
+        chip's cores, the keys a TPU's PJRT device has (torch_xla's `pjrt/test_runtime_tpu.py`
+        checks them); on a multislice, also the slice it belongs to (devices numbered slice
+        after slice) and how many there are, as the TPU runtime adds them for `xs.HybridMesh`.
+        `xr.global_runtime_device_attributes` adds each device's `name` (`device_name`)."""
         slice_index, in_slice = divmod(ordinal, self.devices_per_slice)
         chip, core = divmod(in_slice, self.generation.cores_per_chip)
         host, local_chip = divmod(chip, self.chips_per_host)
@@ -118,7 +120,7 @@ class Identity:
         attributes: dict[str, object] = {
             "coords": coords,
             "core_on_chip": core,
-            "name": self.device_name(ordinal),
+            "num_cores": self.generation.cores_per_chip,
         }
         if self.slices > 1:
             attributes.update(slice_index=slice_index, num_slices=self.slices)

@@ -158,7 +158,10 @@ def identity_patches() -> list[tuple[Any, str, Any]]:
 
     def global_runtime_device_attributes() -> list[dict[str, object]]:
         identity = _identity()
-        return [identity.device_attributes(i) for i in range(identity.topology.devices)]
+        return [
+            {**identity.device_attributes(i), "name": identity.device_name(i)}
+            for i in range(identity.topology.devices)
+        ]
 
     def runtime_device_attributes(device: str) -> dict[str, object]:
         return _identity().device_attributes(_ordinal(device))
