@@ -97,10 +97,29 @@ def test_spmd_file_runs_in_a_child_session(pytester, inner_environment) -> None:
     assert 'message="not on this slice"' in junit  # a replayed skip reaches junit too
 
 
+HANDS_OFF = """
+from concurrent.futures import ProcessPoolExecutor
+
+import torch_xla.runtime as xr
+
+
+def _spmd_program():
+    xr.use_spmd()
+
+
+def test_in_a_pool():
+    with ProcessPoolExecutor() as pool:
+        pool.submit(_spmd_program).result()
+"""
+
+
 def test_only_a_call_of_use_spmd_makes_an_spmd_file(tmp_path) -> None:
     """A comment or a string that names xr.use_spmd() is not a call (tests/strategy's SPMD tests
     mention it while running SPMD in subprocesses of their own); a base class's call in a
-    sibling module is, and a file written for the plugin never is."""
+    sibling module is, and a file written for the plugin never is. A function the file only
+    hands to another process to run (torch_xla's test_persistent_cache.py submits its SPMD
+    programs to a ProcessPoolExecutor) makes that process SPMD, not this one; the same
+    function called by the file does."""
     from xlasim.pytest_plugin.spmd_files import turns_spmd_on
 
     (tmp_path / "spmd_base.py").write_text(BASE)
@@ -109,8 +128,16 @@ def test_only_a_call_of_use_spmd_makes_an_spmd_file(tmp_path) -> None:
         "test_inherits.py": UPSTREAM_STYLE,
         "test_marked.py": "import pytest\nimport torch_xla.runtime as xr\n\n"
         "@pytest.mark.xla(spmd=True)\ndef test_x():\n    xr.use_spmd()\n",
+        "test_hands_off.py": HANDS_OFF,
+        "test_calls_its_own.py": HANDS_OFF + "\n\ndef test_here():\n    _spmd_program()\n",
     }
     for name, text in files.items():
         (tmp_path / name).write_text(text)
     found = {name: turns_spmd_on(tmp_path / name) for name in files}
-    assert found == {"test_mentions.py": False, "test_inherits.py": True, "test_marked.py": False}
+    assert found == {
+        "test_mentions.py": False,
+        "test_inherits.py": True,
+        "test_marked.py": False,
+        "test_hands_off.py": False,
+        "test_calls_its_own.py": True,
+    }

@@ -8,10 +8,13 @@ Everything is patched at the module attribute real code looks up at call time
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass
+from types import FunctionType
 from typing import Any
 
+from ..base import forks
 from ..base.collective_names import XM_COLLECTIVES
 from ..base.host_memory import available_memory
 
@@ -82,6 +85,14 @@ def _targets() -> list[Patch]:
     targets.append(
         (xm, "get_xla_supported_devices", queries.supported_devices(xm.get_xla_supported_devices))
     )
+    # once per process in torch_xla: in a child forked after the runtime started, done already
+    targets.append(
+        (
+            xr,
+            "initialize_cache",
+            forks.refusing_after_fork(xr.initialize_cache, "xr.initialize_cache"),
+        )
+    )
     cores = queries.slice_cores()
     for name in XM_COLLECTIVES:
         emulated = getattr(collectives, name)
@@ -122,10 +133,30 @@ def install(*more: Callable[[], list[Patch]]) -> None:
         if owner is torch_xla._XLAC and name == "_xla_step_marker":
             # around compilation/turns.py's step marker: the HBM is checked before a turn
             replacement = memory.guarded_step_marker(replacement)
-        _installed.append(Replaced(owner, name, _get(owner, name), replacement))
+        if owner is torch_xla._XLAC and name in ("_xla_step_marker", "_xla_sync_multi"):
+            # graphs executed in a child forked after the runtime started never finish
+            replacement = forks.refusing_after_fork(
+                replacement, f"a graph execution (torch_xla._XLAC.{name})"
+            )
+        original = _get(owner, name)
+        _installed.append(Replaced(owner, name, original, replacement))
         _set(owner, name, replacement)
+        _pickle_as(original, replacement)
     arithmetic.install()
     memory.configure(queries.hbm_per_device(), available_memory)
+
+
+def _pickle_as(original: Any, replacement: Any) -> None:
+    """Let a replaced module function pickle by reference as the original does: pickle finds a
+    function by `__module__` and `__qualname__`, which now lead to the replacement. Without it
+    `ProcessPoolExecutor().submit(xm.get_xla_supported_devices)`, as torch_xla's
+    `pjrt/test_runtime_tpu.py` does, fails with "Can't pickle local object"."""
+    if not (isinstance(original, FunctionType) and isinstance(replacement, FunctionType)):
+        return
+    module = sys.modules.get(original.__module__)
+    if module is not None and getattr(module, original.__qualname__, None) is replacement:
+        replacement.__module__ = original.__module__
+        replacement.__qualname__ = original.__qualname__
 
 
 def installed() -> list[Replaced]:

@@ -42,15 +42,46 @@ from .spmd_processes import SESSION_ENV, spmd_world_of
 _POLL_S = 0.2
 
 
-def _calls_use_spmd(tree: ast.Module) -> bool:
-    """A real call of `use_spmd` (`xr.use_spmd()`, `use_spmd()`), not a comment or a string."""
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call):
-            func = node.func
+def _use_spmd_calls(node: ast.AST) -> bool:
+    """A real call of `use_spmd` (`xr.use_spmd()`, `use_spmd()`) in `node`, not a comment or
+    a string."""
+    for inner in ast.walk(node):
+        if isinstance(inner, ast.Call):
+            func = inner.func
             name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
             if name == "use_spmd":
                 return True
     return False
+
+
+def _handed_off(tree: ast.Module) -> set[str]:
+    """Module-level functions the file hands to something else to run and never calls itself
+    (`pool.submit(fn)`, `parameterized` cases): torch_xla's `test_persistent_cache.py` runs its
+    SPMD programs so, in `ProcessPoolExecutor` children, and its own process stays a plain one
+    (on a TPU it must: a child forked after the runtime started hangs)."""
+    functions = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
+    called = {
+        node.func.id
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+    }
+    named = {
+        node.id
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)
+    }
+    return (functions & named) - called
+
+
+def _calls_use_spmd(tree: ast.Module) -> bool:
+    """Whether running the file's tests calls `use_spmd` in this process: anywhere but in a
+    function handed off to another process (`_handed_off`)."""
+    handed_off = _handed_off(tree)
+    return any(
+        _use_spmd_calls(node)
+        for node in tree.body
+        if not (isinstance(node, ast.FunctionDef) and node.name in handed_off)
+    )
 
 
 def _parse(path: Path) -> ast.Module | None:

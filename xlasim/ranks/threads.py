@@ -64,19 +64,19 @@ class RankThread:
             self._serve()
 
     def _serve(self) -> None:
-        import torch_xla  # not at module import: emulation must choose the platform first
-
-        try:
-            torch_xla._XLAC._xla_set_default_device(self.device)
-            generator = launch_reset.DeviceGenerator(self.device)
-        except Exception as error:
-            self._fail_every_job(error)
-            return
-        while True:
-            job = self.jobs.get()
-            if job is None:
-                return
+        """Serve jobs until retired. The rank's device is set up at its first job, not when the
+        thread starts: that starts the XLA runtime, and a world started early (the plugin's,
+        before the first test) must leave this process as a TPU VM's test process is until a
+        test uses a device, one a `ProcessPoolExecutor` can still fork (`warm_world`)."""
+        generator: launch_reset.DeviceGenerator | None = None
+        while (job := self.jobs.get()) is not None:
             run, fn, args, kwargs = job
+            if generator is None:
+                try:
+                    generator = self._set_up_device()
+                except Exception as error:
+                    self._fail_every_job(run, error)
+                    return
             rank_context.bind(rank_context.RankContext(run, self.rank))
             try:
                 ended = self._call(run, generator, fn, args, kwargs)
@@ -86,17 +86,25 @@ class RankThread:
                 _flush_std_streams()
             run.finish(ended)
 
-    def _fail_every_job(self, error: Exception) -> None:
+    def _set_up_device(self) -> launch_reset.DeviceGenerator:
+        import torch_xla  # not at module import: emulation must choose the platform first
+
+        torch_xla._XLAC._xla_set_default_device(self.device)
+        return launch_reset.DeviceGenerator(self.device)
+
+    def _fail_every_job(self, run: Run, error: Exception) -> None:
         """The rank's device could not be set up (a PJRT plugin that cannot load: torch_xla's
-        TPU plugin without libtpu): each job fails with that error as the rank's own, instead
-        of the thread dying unseen while its launch waits for it."""
+        TPU plugin without libtpu): this job and each later one fail with that error as the
+        rank's own, instead of the thread dying unseen while its launch waits for it."""
 
         def unusable(*args: Any, **kwargs: Any) -> Any:
             raise error
 
-        while (job := self.jobs.get()) is not None:
-            run = job[0]
+        while True:
             run.finish(rank_outcome.call(self.rank, run.size, unusable, (), {}, run.collect, run))
+            if (job := self.jobs.get()) is None:
+                return
+            run = job[0]
 
     def _call(
         self,

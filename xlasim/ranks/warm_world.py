@@ -2,17 +2,36 @@
 
 Started on first use for the slice this process emulates (`base/emulated_slice.py`), replaced
 when the slice changes, and closed before the interpreter finalizes.
+
+A process forked from this one (a `ProcessPoolExecutor` with the fork start method, as
+torch_xla's own tests use) inherits the world's bookkeeping but none of its rank threads, and
+shares its worker processes' pipes with the parent: launching on it would wait for ranks that do
+not exist. So the child forgets the world. It starts a world of its own when the parent's ranks
+were threads and the parent's XLA runtime had not started; otherwise its launch fails at once
+naming the fork (`base/forks.py`).
 """
 
 from __future__ import annotations
 
 import atexit
+import os
 
-from ..base import emulated_slice, rank_context
+from ..base import emulated_slice, forks, rank_context
 from ..base.errors import XlasimError, launch_inside_rank
 from .world import World
 
 _world: World | None = None
+#: In a forked child: the parent's world had worker processes (they answer only the parent).
+_forked_from_process_ranks = False
+
+
+def _after_fork_in_child() -> None:
+    global _world, _forked_from_process_ranks
+    _forked_from_process_ranks = _world is not None and not _world.ranks_are_threads
+    _world = None  # its threads stayed in the parent; its workers answer the parent
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def world() -> World:
@@ -28,6 +47,12 @@ def world() -> World:
             'under `if __name__ == "__main__":` (xmp.spawn on a TPU VM needs that too).'
         )
     if _world is None or _world.topology != emulated_slice.topology():
+        forks.refuse_after_fork(
+            "a launch",
+            "its emulated ranks were worker processes that answer only to it"
+            if _forked_from_process_ranks
+            else None,
+        )
         if _world is None:
             atexit.register(close)
         _world = World(emulated_slice.topology())

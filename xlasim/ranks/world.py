@@ -119,6 +119,11 @@ class World:
     def size(self) -> int:
         return self.topology.devices
 
+    @property
+    def ranks_are_threads(self) -> bool:
+        """Whether the ranks are threads of this process (not worker processes or machines)."""
+        return isinstance(self._ranks, ThreadRanks)
+
     def run(
         self,
         fn: Callable[..., Any],
