@@ -120,7 +120,8 @@ def timed_all_reduces(rank: int, accounting: bool) -> float:
     """Median seconds of a 4 KB all_reduce step on this rank (the collective, then the step
     marker that runs it, as the collectives benchmark times it), HBM accounting on or off in
     its process (xlasim/tpu/memory.py). The step marker is where the ledger scans the youngest
-    objects; timed without it, the ledger looked free (1.06x) where a step paid 1.5-2x."""
+    objects; timed without it, the ledger looked free (1.06x) where a threads-mode step paid
+    1.4-1.75x."""
     import torch
     import torch_xla
     import torch_xla.core.xla_model as xm

@@ -98,17 +98,19 @@ def _forget(key: int) -> None:
 
 
 def track(tensor: Any) -> None:
-    """Count `tensor` on its device's ledger (once; a no-op for other tensors and views)."""
+    """Count `tensor` on its device's ledger (once; a no-op for other tensors, views and
+    tensors torch emptied, see `_held_device`)."""
     key = id(tensor)
     # Plain tensors and parameters only: the subclasses torch.compile traces with (fake and
     # functional tensors) say "xla" but hold no XLA data (torch_xla refuses their id).
     if key in _holders or type(tensor) not in _data_types:
         return
-    if tensor.device.type != "xla" or tensor._base is not None:
+    device = _held_device(tensor)
+    if device is None or device.type != "xla" or tensor._base is not None:
         return
     import torch_xla
 
-    name = str(tensor.device)
+    name = str(device)
     xla_id = torch_xla._XLAC._xla_get_tensor_id(tensor)
     nbytes = tensor.numel() * tensor.element_size()
     with _lock:
@@ -145,9 +147,10 @@ def _scan_young() -> None:
     with that rank's autograd (ranks that are threads crashed so); its device is fixed."""
     young = gc.get_objects(0)
     # Filtered in C (type(), `is_xla`: no Python frame runs per object; an emptied tensor is
-    # not on XLA), and the tensors already counted skipped there too: every step marker of
-    # every rank scans, and a step's young CPU tensors (collectives combine on the host) or
-    # counted ones read in Python made a 4 KB all_reduce step 1.5-2x slower in threads mode.
+    # not on XLA), the tensors already counted skipped there too: every step marker of every
+    # rank scans, and most young tensors are a step's CPU tensors (collectives combine on the
+    # host) or counted ones. The scan still costs ~50 us a rank, most of it get_objects
+    # (docs/fidelity.md, "HBM").
     tensors = list(itertools.compress(young, map(_data_types.__contains__, map(type, young))))
     on_xla = list(itertools.compress(tensors, map(_is_xla, tensors)))
     counted = map(_holders.__contains__, map(id, on_xla))
@@ -169,7 +172,7 @@ def _drain(device: str, scan: bool = True) -> None:
         noted = _inbox.pop(device, {})
     for reference in noted.values():
         tensor = reference()
-        if tensor is not None and _held_device(tensor) is not None:
+        if tensor is not None:
             track(tensor)
 
 
