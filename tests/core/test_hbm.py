@@ -71,6 +71,32 @@ def test_a_tensor_emptied_under_the_ledger_holds_nothing(xla_world):
             assert after == before, f"on rank {rank}"
 
 
+def memory_with_the_collector_off() -> tuple[int, int, int]:
+    """A step marker with Python's collector turned off: the ledger collects the youngest
+    generation at step markers (xlasim/tpu/memory.py), but not in a program that turned the
+    collector off, and counts the tensor all the same."""
+    device = torch_xla.device()
+    before = xm.get_memory_info()["bytes_used"]
+    gc.disable()
+    try:
+        collections = sum(generation["collections"] for generation in gc.get_stats())
+        tensor = torch.ones(256, 1024, device=device) * 2
+        torch_xla.sync()
+        collected = sum(generation["collections"] for generation in gc.get_stats()) - collections
+        grown = xm.get_memory_info()["bytes_used"] - before
+    finally:
+        gc.enable()
+    return collected, grown, tensor.numel() * tensor.element_size()
+
+
+def test_a_program_that_turned_the_collector_off_keeps_it_off(xla_world):
+    # one rank: ranks that are threads share the collector's switch
+    [(collected, grown, nbytes)] = xla_world.run_on(1, memory_with_the_collector_off)
+    assert collected == 0
+    if xlasim.is_emulated():
+        assert grown == nbytes
+
+
 def train_past_the_hbm() -> float:
     """One Adam step of a model bigger than a v5e chip, built on the device (nothing on the
     host); returns how long it took to be refused."""

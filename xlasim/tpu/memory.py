@@ -108,10 +108,10 @@ def track(tensor: Any) -> None:
     device = _held_device(tensor)
     if device is None or device.type != "xla" or tensor._base is not None:
         return
-    import torch_xla
-
-    name = str(device)
-    xla_id = torch_xla._XLAC._xla_get_tensor_id(tensor)
+    name = _device_names.get(device)
+    if name is None:
+        name = _device_names[device] = str(device)
+    xla_id = _tensor_id(tensor)
     nbytes = tensor.numel() * tensor.element_size()
     with _lock:
         if key in _holders:
@@ -126,6 +126,16 @@ def track(tensor: Any) -> None:
 
 
 _is_xla = operator.attrgetter("is_xla")
+#: torch.device -> its name (`xla:3`), the ledger's key
+_device_names: dict[Any, str] = {}
+
+
+def _unbound_tensor_id(tensor: Any) -> int:
+    raise RuntimeError("the HBM ledger is not configured")
+
+
+#: torch_xla's id of an XLA tensor (aliases share it), bound by `configure`.
+_tensor_id: Callable[[Any], int] = _unbound_tensor_id
 
 
 def _held_device(tensor: Any) -> Any:
@@ -145,13 +155,17 @@ def _scan_young() -> None:
     """Note the young XLA tensors of every device, to be counted by the thread of the device's
     rank (`_drain`): reading a tensor's sizes and XLA id from another rank's thread would race
     with that rank's autograd (ranks that are threads crashed so); its device is fixed."""
+    global _scans_begun
+    _scans_begun += 1
     young = gc.get_objects(0)
     # Filtered in C (type(), `is_xla`: no Python frame runs per object; an emptied tensor is
     # not on XLA), the tensors already counted skipped there too: every step marker of every
     # rank scans, and most young tensors are a step's CPU tensors (collectives combine on the
-    # host) or counted ones. The scan still costs ~50 us a rank, most of it get_objects
-    # (docs/fidelity.md, "HBM").
+    # host) or counted ones. A step marker collects the youngest generation as it scans
+    # (`_scan_emptying_young`), so the next one meets only what was made since.
     tensors = list(itertools.compress(young, map(_data_types.__contains__, map(type, young))))
+    if not tensors:
+        return
     on_xla = list(itertools.compress(tensors, map(_is_xla, tensors)))
     counted = map(_holders.__contains__, map(id, on_xla))
     for candidate in itertools.compress(on_xla, map(operator.not_, counted)):
@@ -161,11 +175,38 @@ def _scan_young() -> None:
                 _inbox.setdefault(str(device), {})[id(candidate)] = weakref.ref(candidate)
 
 
+#: Scans begun so far (`_scan_young`): one begun after a caller's own tensors were made saw them.
+_scans_begun = 0
+
+
+def _scan_emptying_young() -> None:
+    """`_scan_young`, through a collection of the youngest generation when the collector is on.
+
+    Every step marker of every rank scans, and a scan costs what the youngest generation holds:
+    up to the collector's threshold (700 objects), most of them older than the last marker.
+    Ranks that are threads share one interpreter, so 8 of them listed the same objects one
+    after another (1.3x a 4 KB all_reduce step), and a trace's held events (tuples, young
+    until a collection stops tracking them) made every scan longer (docs/fidelity.md "HBM").
+    Collected here (the collector's callback scans first), the youngest generation holds what
+    was made since the last marker. The middle generation is collected here too when its count
+    is due, as the interpreter would; the oldest is left to the interpreter's own rule, which it
+    applies when the youngest generation overflows (so, in a loop making fewer objects between
+    step markers than the threshold, later than without the ledger). A program that turned the
+    collector off keeps it off: then the scan lists the young objects without collecting.
+    """
+    begun = _scans_begun
+    if gc.isenabled():
+        # `collect` returns at once, and calls no callback, while another thread collects.
+        gc.collect(1 if gc.get_count()[1] >= gc.get_threshold()[1] else 0)
+    if _scans_begun == begun:
+        _scan_young()
+
+
 def _drain(device: str, scan: bool = True) -> None:
     """Count the tensors noted for `device` (called by its own rank's thread), after noting
     the youngest ones (`scan`)."""
     if scan:
-        _scan_young()
+        _scan_emptying_young()
     if device not in _inbox:
         return
     with _lock:
@@ -310,11 +351,13 @@ def configure(hbm_bytes: int, host_available: Callable[[], int | None]) -> None:
     """Keep the ledger in this process against `hbm_bytes` per device (the emulated
     generation's HBM: a TensorCore's, or a megacore chip's), refusing steps this machine
     cannot hold (`host_available()`: its free bytes, None if unknown)."""
-    global _hbm_bytes, _host_available, _data_types
+    global _hbm_bytes, _host_available, _data_types, _tensor_id
     import torch
+    import torch_xla
 
     _hbm_bytes, _host_available = hbm_bytes, host_available
     _data_types = frozenset((torch.Tensor, torch.nn.Parameter))
+    _tensor_id = torch_xla._XLAC._xla_get_tensor_id
     if _on_collection not in gc.callbacks:
         gc.callbacks.append(_on_collection)
 
