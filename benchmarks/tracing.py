@@ -6,7 +6,9 @@
 `all_reduce`: the collective benchmark's rank loop (`emulated.rank_loop`), first before tracing
 was ever on in this process (the wrappers not even installed: "never traced"), then launches
 alternating off (wrappers installed, recording off) and on, so the machine's drift hits both
-alike. The figure is the median per-call time over every block of each kind.
+alike, which of the two goes first flipping from round to round (as `probes.py accounting`
+does: there the first of a pair was up to 6% slower either way). The figure is the median
+per-call time over every block of each kind.
 
 `demo`: the strategy demo's training (`strategy.trainer.Trainer`, the demo's model and data,
 8 emulated cores in worker processes), one warm-up fit, then rounds of fits of 8 and 32 steps,
@@ -62,11 +64,11 @@ def all_reduce(mode: str) -> dict:
     scratch = tempfile.mkdtemp(prefix="xlasim-bench-trace-")
     fresh = [b for _ in range(ROUNDS) for b in blocks()]
     off, on = [], []
-    for round_ in range(ROUNDS):
-        _traced(f"{scratch}/{round_}")
-        on += blocks()
-        _traced(None)
-        off += blocks()
+    for round_ in range(ROUNDS):  # on first, then off first: the first of a pair ran slower
+        for traced in (True, False) if round_ % 2 == 0 else (False, True):
+            _traced(f"{scratch}/{round_}" if traced else None)
+            (on if traced else off).extend(blocks())
+    _traced(None)
     return {
         "op": "trace_all_reduce",
         "bytes": NBYTES,
