@@ -48,6 +48,8 @@ BUILTINS = {
     "torch.distributed.distributed_c10d._unregister_all_process_groups": [],
     "torch_xla._XLAC._xla_step_marker": ["device", "devices", "wait", "reset_scope"],
     "torch_xla._XLAC._xla_sync_multi": ["tensors", "devices", "wait", "sync_xla_data"],
+    "torch_xla._XLAC._clear_pending_irs": ["device"],
+    "torch_xla._XLAC._xla_warm_up_cache": ["tensors", "devices"],
 }
 PASS_THROUGH = [
     ("args", inspect.Parameter.VAR_POSITIONAL),

@@ -136,3 +136,47 @@ def test_a_model_past_the_hbm_fails_as_on_a_tpu_and_the_slice_serves_on(xla_worl
         assert int(live) >= FEATURES * FEATURES * 4 > V5E_HBM, message
     for bytes_used in xla_world.run(small_step):
         assert bytes_used < 2**20
+
+
+def memory_around_a_cleared_pending_tensor() -> tuple[int, int, int, int]:
+    """A pending tensor whose graph torch_xla drops (`_clear_pending_irs`, as torch.compile's
+    XLA backend does after tracing) never runs: it holds nothing from then on."""
+    device = torch_xla.device()
+    before = xm.get_memory_info()["bytes_used"]
+    pending = torch.ones(512, 1024, device=device) * 2
+    grown = xm.get_memory_info()["bytes_used"]
+    torch_xla._XLAC._clear_pending_irs(str(device))
+    cleared = xm.get_memory_info()["bytes_used"]
+    return before, grown, cleared, pending.numel() * pending.element_size()
+
+
+def test_a_pending_tensor_whose_graph_is_dropped_holds_nothing(xla_world):
+    for rank, (before, grown, cleared, nbytes) in enumerate(
+        xla_world.run(memory_around_a_cleared_pending_tensor)
+    ):
+        if xlasim.is_emulated():  # a TPU allocates at execution: pending tensors hold nothing
+            assert grown - before == nbytes, f"on rank {rank}"
+            assert cleared == before, f"on rank {rank}"
+
+
+def memory_around_compiled_calls() -> tuple[int, int, int]:
+    """Two input shapes through torch.compile's XLA backend: each traces, and compiles its
+    graph without running it (`_xla_warm_up_cache`), which leaves the traced outputs, kept in
+    the backend's cache, placeholders without a buffer. What stays live are the inputs (the
+    backend keeps those it traced with) and the outputs."""
+    device = torch_xla.device()
+    layer = torch.nn.Linear(256, 1024, bias=False).to(device)
+    compiled = torch.compile(layer, backend="openxla")
+    torch_xla.sync()
+    before = xm.get_memory_info()["bytes_used"]
+    inputs = [torch.ones(rows, 256, device=device) for rows in (64, 128)]
+    outputs = [compiled(batch) for batch in inputs]
+    gc.collect()
+    after = xm.get_memory_info()["bytes_used"]
+    return before, after, sum(held.numel() * held.element_size() for held in inputs + outputs)
+
+
+def test_compiled_calls_hold_their_outputs_not_their_traces(xla_world):
+    for rank, (before, after, nbytes) in enumerate(xla_world.run(memory_around_compiled_calls)):
+        if xlasim.is_emulated():
+            assert after - before == nbytes, f"on rank {rank}"

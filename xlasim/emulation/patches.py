@@ -61,6 +61,7 @@ def _targets() -> list[Patch]:
 
     from ..compilation import turns
     from ..reports import traced_counters
+    from ..tpu import memory
     from . import collectives, compiled, distributed, queries, seeding, spmd, world_of_one
 
     runtime_originals = {
@@ -109,6 +110,7 @@ def _targets() -> list[Patch]:
     targets += traced_counters.patches()
     targets += spmd.patches()
     targets += turns.patches()
+    targets += memory.patches()
     return targets
 
 

@@ -6,7 +6,8 @@ the logical bytes (elements x element size) of every live XLA tensor that Python
 pending in the lazy graph or materialized, found in the garbage collector's youngest generation
 (at the start of every collection and at every check) and forgotten when the tensor dies. A
 view (`t._base` set) is its base's bytes; aliases with one XLA tensor id (`p.data`,
-`t.detach()`) count once. A pending tensor counts as what it will hold once its graph runs, so
+`t.detach()`) count once; a pending tensor torch_xla leaves without a buffer (`patches`) counts
+nothing from then on. A pending tensor counts as what it will hold once its graph runs, so
 a step that would pass the chip's HBM is refused *before* XLA allocates anything: at every step
 marker (`torch_xla.sync()`, `xm.mark_step()`) and before an emulated collective executes its
 inputs' graph. What this does not count, and a TPU adds: tensors only C++ holds (activations
@@ -17,7 +18,9 @@ programs themselves. So `bytes_used` is a lower bound of a TPU's (docs/fidelity.
 
 from __future__ import annotations
 
+import functools
 import gc
+import inspect
 import itertools
 import operator
 import threading
@@ -306,6 +309,12 @@ def _discard_pending(device: str) -> None:
     and the ledger's entries for its tensors, which now hold nothing."""
     import torch_xla
 
+    _clear_pending(device, inspect.unwrap(torch_xla._XLAC._clear_pending_irs))
+
+
+def _clear_pending(device: str, clear: Callable[[str], Any]) -> None:
+    """`clear(device)` (torch_xla's `_clear_pending_irs`), forgetting the bytes of the device's
+    tensors it leaves holding nothing."""
     _drain(device)  # every young tensor of the device known first: each is zeroed below
     with _lock:
         held = [
@@ -313,19 +322,28 @@ def _discard_pending(device: str) -> None:
             for key, (reference, name, _) in list(_holders.items())
             if name == device
         ]
-    held = [(key, tensor) for key, tensor in held if tensor is not None]
-    pending = torch_xla._XLAC._check_tensor_need_materialization([t for _, t in held])
-    torch_xla._XLAC._clear_pending_irs(device)
+    _forget_pending([(key, tensor) for key, tensor in held if tensor is not None], clear, device)
+
+
+def _forget_pending(held: list[tuple[int, Any]], empty: Callable[..., Any], *args: Any) -> Any:
+    """`empty(*args)`, which leaves the pending tensors of `held` ((ledger key, tensor) pairs)
+    holding nothing; their entries stay known (never counted again) until the tensors die."""
+    import torch_xla
+
+    tensors = [tensor for _, tensor in held]
+    pending = torch_xla._XLAC._check_tensor_need_materialization(tensors) if tensors else []
+    result = empty(*args)
     with _lock:
-        ledger = _device(device)
         for (key, _), waiting in zip(held, pending):
             entry = _holders.get(key)
             if waiting and entry is not None:
+                ledger = _devices[entry[1]]
                 buffer = ledger.buffers[entry[2]]
                 ledger.live -= buffer[0]
                 if buffer[2] < ledger.epoch:
                     ledger.resident -= buffer[0]
-                buffer[0] = 0  # stays known (never counted again) until the tensor dies
+                buffer[0] = 0
+    return result
 
 
 def _gib(count: int) -> str:
@@ -387,11 +405,50 @@ def memory_info(device: Any = None) -> dict[str, int]:
     return {**info(name), "bytes_limit": _hbm_bytes}
 
 
+def patches() -> list[tuple[Any, str, Any]]:
+    """torch_xla's two ways of leaving a pending tensor without a buffer, forgetting its bytes.
+
+    torch.compile's XLA backend traces each new input shape lazily, compiles the traced graph
+    without running it (`_xla_warm_up_cache`: its outputs become placeholders that never get a
+    buffer, kept in the backend's cache for the life of the compiled function) and drops what
+    else is pending (`_clear_pending_irs`). On a TPU neither holds HBM; counted at their traced
+    sizes, a 2-layer decoder compiled with `dynamic=True` at five batch sizes "held" 18 GB.
+    """
+    import torch_xla
+
+    clear, warm_up = torch_xla._XLAC._clear_pending_irs, torch_xla._XLAC._xla_warm_up_cache
+    return [
+        (torch_xla._XLAC, "_clear_pending_irs", _clearing(clear)),
+        (torch_xla._XLAC, "_xla_warm_up_cache", _warming_up(warm_up)),
+    ]
+
+
+def _clearing(original: Any) -> Any:
+    @functools.wraps(original)
+    def _clear_pending_irs(device: str) -> None:
+        if not _enabled:
+            return original(device)
+        return _clear_pending(str(device), original)
+
+    return _clear_pending_irs
+
+
+def _warming_up(original: Any) -> Any:
+    @functools.wraps(original)
+    def _xla_warm_up_cache(tensors: Any, devices: Any) -> None:
+        if not _enabled:
+            return original(tensors, devices)
+        for tensor in tensors:
+            track(tensor)
+        held = [(id(tensor), tensor) for tensor in tensors if id(tensor) in _holders]
+        return _forget_pending(held, original, tensors, devices)
+
+    return _xla_warm_up_cache
+
+
 def guarded_step_marker(original: Any) -> Any:
     """torch_xla's step marker (behind `torch_xla.sync()`, `xm.mark_step()`), refusing first
     when the device's live data would pass its HBM."""
-    import functools
-
     import torch_xla
 
     @functools.wraps(original)
