@@ -33,7 +33,7 @@ from xlasim.conformance.classify import (
 )
 from xlasim.conformance.discovery import PYTEST, SCRIPT, Job, discover
 from xlasim.conformance.execution import Slice, command, native_command
-from xlasim.conformance.gates import find_gates, function_of
+from xlasim.conformance.gates import find_gates, function_of, is_gated
 from xlasim.conformance.table import failing, format_table
 
 
@@ -113,6 +113,22 @@ def test_a_parameterized_test_is_matched_to_its_function() -> None:
     assert function_of("test_gmmx", gates) == "test_gmmx"  # no such function
 
 
+def test_a_test_is_gated_by_its_own_class() -> None:
+    gates = find_gates(
+        ast.parse(
+            "skipOnTpu = unittest.skipIf(xr.device_type() == 'TPU', 'x')\n"
+            "class Inference(unittest.TestCase):\n  @skipOnTpu\n  def test_resnet(self): pass\n"
+            "class Training(unittest.TestCase):\n  def test_resnet(self): pass\n"
+        )
+    )
+    assert is_gated("f.py::Inference::test_resnet", gates)
+    assert is_gated("f.py::Inference::test_resnet0", gates)  # a parameterized variant
+    assert not is_gated("f.py::Training::test_resnet", gates)
+    # a class the file does not define (torch's device-type classes): by the function's name
+    assert is_gated("f.py::InferenceXLA::test_resnet_xla", gates)
+    assert not is_gated("f.py::Training::test_other", gates)
+
+
 def _row(id: str, result: str, reason: str = "") -> Row:
     return Row(id, PYTEST, result, 1.0, reason)
 
@@ -164,6 +180,21 @@ def test_the_comparison_names_what_the_identity_changed() -> None:
     assert summary.endswith("the identity branches 1, closes 1, opens 2, leaves 3 untouched")
     untouched = format_table([rows[-1]]).splitlines()[-1]
     assert untouched.endswith("1 passed; the identity leaves 1 untouched")
+
+
+def test_a_skip_above_a_parameterization_is_compared_with_its_native_variants() -> None:
+    """`@skipOnTpu` above absl's `@parameterized.parameters`: natively `test_resnet0` and
+    `test_resnet1` run; on the TPU one skipped `test_resnet` stands for both."""
+    gates = find_gates(ast.parse("class T(unittest.TestCase):\n  def test_resnet(self): pass\n"))
+    emulated = [_row("f.py::T::test_resnet", SKIPPED, "Not supported on TPU")]
+    native = [
+        _row("f.py::T::test_resnet0", PASSED),
+        _row("f.py::T::test_resnet1", NEEDS_PACKAGE, "needs flax"),
+        _row("f.py::T::test_resnet_lazy", PASSED),
+    ]
+    (row,) = compare(emulated, native, gates)
+    assert (row.result, row.identity) == (SKIPPED, CLOSES)
+    assert row.native == "passed (test_resnet0); needs package: needs flax (test_resnet1)"
 
 
 # One runner run over a miniature tree.

@@ -21,7 +21,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from .classify import CRASHED, FAILS_NATIVELY, GATING, SILENT_SKIP, SKIPPED, TIMED_OUT, Row
-from .gates import Gates, function_of
+from .gates import Gates, is_gated
 
 OPENS = "opens"
 CLOSES = "closes"
@@ -38,36 +38,50 @@ UNKNOWN = "unknown"
 
 def compare(rows: Sequence[Row], native: Sequence[Row], gates: Gates) -> list[Row]:
     """`rows` (emulated) with what `native` rows say of the same ids; `gates`: the file's."""
-    by_id = {row.id: row for row in native}
     lost = next((n for n in native if n.result in (TIMED_OUT, CRASHED) and "::" not in n.id), None)
     if lost is not None:
         natively = f"{lost.result}: {lost.reason}"
         return [dataclasses.replace(row, native=natively, identity=UNKNOWN) for row in rows]
-    return [_compared(row, by_id.get(row.id), gates) for row in rows]
+    return [_compared(row, _native_of(row, native), gates) for row in rows]
 
 
-def _compared(row: Row, native: Row | None, gates: Gates) -> Row:
-    natively = f"{native.result}: {native.reason}".rstrip(": ") if native else "not run"
+def _native_of(row: Row, native: Sequence[Row]) -> list[Row]:
+    """The native rows of `row`'s test: the one of its id; else its parameterized variants
+    (`test_resnet180`, `test_resnet181`: a skip decorator above absl's `parameters` makes one
+    skipped test of them on the TPU, as upstream's `skipOnTpu` does)."""
+    exact = [n for n in native if n.id == row.id]
+    if exact:
+        return exact
+    return [n for n in native if n.id.startswith(row.id) and n.id[len(row.id) :].isdigit()]
+
+
+def _compared(row: Row, native: list[Row], gates: Gates) -> Row:
+    natively = "; ".join(_described(n, row) for n in native) or "not run"
     identity = _identity(row, native, gates)
     result = row.result
     if (
         not identity
         and result in GATING
-        and native is not None
-        and native.result == result
-        and native.reason == row.reason
+        and [(n.id, n.result, n.reason) for n in native] == [(row.id, result, row.reason)]
     ):
         result = FAILS_NATIVELY
     return dataclasses.replace(row, result=result, native=natively, identity=identity)
 
 
-def _identity(row: Row, native: Row | None, gates: Gates) -> str:
+def _described(native: Row, row: Row) -> str:
+    described = f"{native.result}: {native.reason}".rstrip(": ")
+    if native.id == row.id:
+        return described
+    return f"{described} ({native.id.split('::')[-1]})"
+
+
+def _identity(row: Row, native: list[Row], gates: Gates) -> str:
     ran = row.result != SKIPPED
-    ran_natively = native is not None and native.result not in _NOT_RUN
+    ran_natively = any(n.result not in _NOT_RUN for n in native)
     if ran and not ran_natively:
         return OPENS
     if not ran and ran_natively:
         return CLOSES
-    if ran and function_of(row.id.split("::")[-1], gates) in gates.functions:
+    if ran and is_gated(row.id, gates):
         return BRANCHES
     return ""

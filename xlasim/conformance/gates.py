@@ -12,7 +12,8 @@ suite is the files with a gate, and the tests behind one are the ones it tables.
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
+from collections.abc import Mapping, Set
+from dataclasses import dataclass, field
 
 #: Calls that ask for the hardware or the runtime's device type: compared with 'TPU' or 'CPU'
 #: (the two answers the emulated identity changes), a gate.
@@ -34,6 +35,9 @@ class Gates:
     #: Every function the file defines at module level or in a class: a test's name is
     #: matched to the longest of them it starts with (parameterized names carry suffixes).
     defined: frozenset[str]
+    #: Each class of the file: (the functions it defines, those of them behind a gate). Two
+    #: classes may define a test of one name, one behind a gate and the other not.
+    classes: Mapping[str, tuple[frozenset[str], frozenset[str]]] = field(default_factory=dict)
 
 
 def find_gates(tree: ast.Module) -> Gates:
@@ -42,35 +46,56 @@ def find_gates(tree: ast.Module) -> Gates:
     gated_names = _gated_module_names(tree, answers)
     functions: set[str] = set()
     defined: set[str] = set()
+    classes: dict[str, tuple[frozenset[str], frozenset[str]]] = {}
     for node in tree.body:
         if isinstance(node, ast.ClassDef):
-            defined.update(
-                item.name
+            methods = [
+                item
                 for item in node.body
                 if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
-            )
+            ]
             class_gated = any(_has_gate(d, gated_names, answers) for d in node.decorator_list)
-            functions.update(
+            gated = frozenset(
                 item.name
-                for item in node.body
-                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
-                and (class_gated or _has_gate(item, gated_names, answers))
+                for item in methods
+                if class_gated or _has_gate(item, gated_names, answers)
             )
+            classes[node.name] = (frozenset(item.name for item in methods), gated)
+            defined.update(item.name for item in methods)
+            functions.update(gated)
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             defined.add(node.name)
             if _has_gate(node, gated_names, answers):
                 functions.add(node.name)
     anywhere = _has_gate(tree, frozenset(), answers)
-    return Gates(anywhere, frozenset(functions), frozenset(defined))
+    return Gates(anywhere, frozenset(functions), frozenset(defined), classes)
 
 
 def function_of(test: str, gates: Gates) -> str:
     """The function a test of the file comes from: its own name, or the longest defined name
     it starts with followed by a parameterization suffix (`test_put_xla_float32` from
     `test_put`, `test_gmm0` from `test_gmm`); `test` itself when none matches."""
+    return _function_among(test, gates.defined)
+
+
+def is_gated(test_id: str, gates: Gates) -> bool:
+    """Whether the test `test_id` (`file::Class::test` or `file::test`) comes from a function
+    behind a gate: its own class's, when the file defines the class and the function in it;
+    else any function of its name (a class torch generates from the file's, `TestPythonOpsXLA`
+    from `TestPythonOps`, or one inheriting its tests)."""
+    parts = test_id.split("::")
+    owner, test = (parts[-2] if len(parts) > 2 else ""), parts[-1]
+    defined, gated = gates.classes.get(owner, (frozenset(), frozenset()))
+    function = _function_among(test, defined)
+    if function in defined:
+        return function in gated
+    return function_of(test, gates) in gates.functions
+
+
+def _function_among(test: str, names: Set[str]) -> str:
     found = [
         name
-        for name in gates.defined
+        for name in names
         if test == name or (test.startswith(name) and test[len(name)] in "_0123456789")
     ]
     return max(found, key=len, default=test)
