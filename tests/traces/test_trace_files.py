@@ -7,6 +7,7 @@ over two groups, a rendezvous), two graph executions and a checkpoint written an
 from __future__ import annotations
 
 import json
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from fixtures import race_catalogue, traced_programs
 from xlasim.base.errors import CollectiveTimeoutError
 from xlasim.events import model, recorder
 from xlasim.races import RaceError, detecting
-from xlasim.traces import canonical, plot, timeline
+from xlasim.traces import canonical, plot, session, timeline
 
 
 @pytest.fixture(params=["threads", "isolated"])
@@ -75,6 +76,17 @@ def test_trace_json_names_each_rank_and_holds_every_event(record, mode_world, tm
                 args["returned_us"],
             )
             assert entered <= last <= returned
+
+
+def test_trace_json_says_the_same_without_orjson(record, world, tmp_path, monkeypatch):
+    """orjson (the `trace` extra) encodes trace.json where it is installed, the standard
+    library's json where it is not: the same document either way."""
+    pytest.importorskip("orjson", reason="the `trace` extra")
+    directory = recorded_known_program(record, world, tmp_path)
+    with_orjson = json.loads((directory / "trace.json").read_text())
+    monkeypatch.setitem(sys.modules, "orjson", None)  # `import orjson` raises ImportError
+    session.write(directory)
+    assert json.loads((directory / "trace.json").read_text()) == with_orjson
 
 
 def test_a_reader_not_ours_finds_every_rank_and_collective(record, world, tmp_path):
