@@ -111,9 +111,7 @@ def track(tensor: Any) -> None:
     device = _held_device(tensor)
     if device is None or device.type != "xla" or tensor._base is not None:
         return
-    name = _device_names.get(device)
-    if name is None:
-        name = _device_names[device] = str(device)
+    name = _device_name(device)
     xla_id = _tensor_id(tensor)
     nbytes = tensor.numel() * tensor.element_size()
     with _lock:
@@ -131,6 +129,14 @@ def track(tensor: Any) -> None:
 _is_xla = operator.attrgetter("is_xla")
 #: torch.device -> its name (`xla:3`), the ledger's key
 _device_names: dict[Any, str] = {}
+
+
+def _device_name(device: Any) -> str:
+    """`str(device)`, kept: the ledger keys devices by name on every scan and every track."""
+    name = _device_names.get(device)
+    if name is None:
+        name = _device_names[device] = str(device)
+    return name
 
 
 def _unbound_tensor_id(tensor: Any) -> int:
@@ -175,7 +181,7 @@ def _scan_young() -> None:
         device = _held_device(candidate)
         if device is not None:
             with _lock:
-                _inbox.setdefault(str(device), {})[id(candidate)] = weakref.ref(candidate)
+                _inbox.setdefault(_device_name(device), {})[id(candidate)] = weakref.ref(candidate)
 
 
 #: Scans begun so far (`_scan_young`): one begun after a caller's own tensors were made saw them.

@@ -178,8 +178,8 @@ def _encoded(document: dict[str, Any]) -> bytes:
     measured 10x slower), without its check for circular references (what `events` makes has
     none; the check keeps a dictionary of every container it enters: a third of its time).
     The launching process writes the files after its ranks finish, in one thread, so a traced
-    launch waits for it: with orjson the whole write costs 4.5 us of CPU per event, against
-    7.9 us (a 32-step fit of the demo, 1751 events, docs/tracing.md)."""
+    launch waits for it: with orjson the whole write costs 5.4-5.5 us of CPU per event, against
+    8.5-8.8 us (`benchmarks/tracing.py demo`, docs/tracing.md)."""
     try:
         import orjson
     except ImportError:
