@@ -142,8 +142,31 @@ def mxu_product(
     return total + leading
 
 
+#: torch dtype -> the element type torch_xla gives XLA tensors of it in this process. It is not
+#: always the torch dtype's: `XLA_USE_BF16=1` holds f32 and f64 as bf16, `XLA_DOWNCAST_BF16=1`
+#: f32 as bf16 and f64 as f32 (Lightning's 'bf16-true' sets the first), while the tensors still
+#: say float32/float64. torch_xla reads both variables once per process (`dtype.cpp`, static), so
+#: the answer for a dtype, read off the first operand of it, holds for the process's life; a
+#: worker forked later inherits it with the C++ value it came from.
+_element_types: dict[torch.dtype, str] = {}
+
+
+def _element_type(tensor: torch.Tensor) -> str:
+    found = _element_types.get(tensor.dtype)
+    if found is None:
+        import torch_xla
+
+        found = torch_xla._XLAC._get_xla_tensor_shape_type(tensor)
+        _element_types[tensor.dtype] = found
+    return found
+
+
 def _f32(*tensors: torch.Tensor) -> bool:
-    return all(t.dtype == torch.float32 for t in tensors)
+    """Whether XLA holds every one of `tensors` in f32: what the MXU rounds. Operands XLA already
+    holds in bf16 are what a TPU multiplies as they are, one pass, so the original kernel is the
+    TPU's arithmetic for them (and rounding them would mix f32 into a bf16 graph, which XLA's
+    verifier refuses); an f64 tensor held in f32 (`XLA_DOWNCAST_BF16`) is rounded as f32 is."""
+    return all(_element_type(t) == "f32" for t in tensors)
 
 
 class PrecisionChangeWarning(UserWarning):
@@ -286,7 +309,7 @@ class _RoundGradient(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        return round_to_bf16(grad) if grad.dtype == torch.float32 else grad
+        return round_to_bf16(grad) if _f32(grad) else grad
 
 
 def lowered_by_torch_xla(equation: str) -> bool:
