@@ -50,6 +50,13 @@ BUILTINS = {
     "torch_xla._XLAC._xla_sync_multi": ["tensors", "devices", "wait", "sync_xla_data"],
     "torch_xla._XLAC._clear_pending_irs": ["device"],
     "torch_xla._XLAC._xla_warm_up_cache": ["tensors", "devices"],
+    "torch_xla._XLAC._xla_dot_general": [
+        "lhs",
+        "rhs",
+        "dimension_numbers",
+        "precision_config",
+        "preferred_element_type",
+    ],
 }
 PASS_THROUGH = [
     ("args", inspect.Parameter.VAR_POSITIONAL),

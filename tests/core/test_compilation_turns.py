@@ -151,8 +151,11 @@ def test_shared_compilations_compute_what_each_rank_computes_alone(
 
 @pytest.mark.xfail(
     strict=True,
+    # A rank computing other values than alone (the one that compiled first decides which
+    # ranks get the other pattern's executable): the cache collision, not another exception.
+    raises=pytest.RaisesExc(AssertionError, match=r"^rank \d+: \[[-\d., e]+\] != \["),
     reason="pytorch/xla #8353: torch_xla's cache key ignores which inputs a graph shares, so "
-    "with shared compilations odd ranks run the even ranks' executable (docs/compilation.md)",
+    "with shared compilations some ranks run another sharing pattern's executable (docs/compilation.md)",
 )
 def test_ranks_sharing_other_inputs_get_their_own_executables(world, sharing):
     program = make_program(torch.float32, (0, 1, 0), (0, 1, 1), in_place=False, reduce=False)

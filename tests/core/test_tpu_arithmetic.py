@@ -152,6 +152,47 @@ def test_every_route_to_a_dot_or_convolution_computes_as_the_mxu(world, route):
             assert distance > ROUNDING_SEEN * size.max().item(), f"{route.name} {what}: exact f32"
 
 
+def dot_general_and_addmv(rank, setting: str) -> dict:
+    """XLA's DotGeneral (a batched product through `_xla_dot_general`) at `setting`, and addmv
+    with the fallback counter's growth around it."""
+    torch_xla.backends.set_mat_mul_precision(setting)
+    generator = torch.Generator().manual_seed(11)
+    a, b = torch.randn(2, 6, 16, generator=generator), torch.randn(2, 16, 5, generator=generator)
+    bias, matrix, vector = (torch.randn(s, generator=generator) for s in ((6,), (6, 16), (16,)))
+    device = torch_xla.device()
+    general = torch_xla._XLAC._xla_dot_general(a.to(device), b.to(device), (([2], [1]), ([0], [0])))
+    before = met.counter_value("aten::addmv") or 0
+    added = torch.addmv(bias.to(device), matrix.to(device), vector.to(device))
+    torch_xla.sync()
+    return {
+        "operands": (a, b, bias, matrix, vector),
+        "dot_general": general.cpu(),
+        "addmv": added.cpu(),
+        "addmv_fallbacks": (met.counter_value("aten::addmv") or 0) - before,
+    }
+
+
+def test_dot_general_computes_at_default_whatever_the_setting(world, precision):
+    """torch_xla builds `_xla_dot_general` with no precision config: DEFAULT, one bf16 pass,
+    even at 'highest'."""
+    [found] = world.run(lambda rank: dot_general_and_addmv(rank, "highest"), size=1)
+    a, b = found["operands"][:2]
+    rounded = bf16(a) @ bf16(b)
+    size = (a.double().abs() @ b.double().abs()).max().item()
+    got = found["dot_general"].double()
+    assert (got - rounded).abs().max().item() <= ACCUMULATION * size
+    assert (got - a.double() @ b.double()).abs().max().item() > ROUNDING_SEEN * size
+
+
+def test_addmv_falls_back_to_the_host_in_exact_f32_as_on_a_tpu(world):
+    """torch_xla 2.9 lowers no addmv: it runs through aten's CPU fallback on any device (a TPU
+    VM's host CPU too), so a TPU computes it in exact f32, not on the MXU."""
+    [found] = world.run(lambda rank: dot_general_and_addmv(rank, "default"), size=1)
+    bias, matrix, vector = found["operands"][2:]
+    assert found["addmv_fallbacks"] == 1
+    assert torch.equal(found["addmv"], torch.addmv(bias, matrix, vector))
+
+
 def attention(q, k, v):
     return F.scaled_dot_product_attention(q, k, v)
 

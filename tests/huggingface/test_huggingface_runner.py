@@ -16,6 +16,7 @@ pytest.importorskip(
     "accelerate", reason="accelerate is not installed (pip install 'xlasim[huggingface]')"
 )
 
+from fixtures.other_failures import OTHER_FAILURES
 from xlasim.huggingface.classify import failure
 from xlasim.huggingface.discovery import discover
 from xlasim.huggingface.findings import FINDINGS, THEIRS
@@ -80,3 +81,9 @@ def test_a_finding_needs_its_signature():
     assert other == ("failed", "RuntimeError: something else")
     offline = "huggingface_hub.errors.OfflineModeIsEnabled: Cannot reach https://huggingface.co"
     assert failure("any", offline, "OfflineModeIsEnabled")[0] == "needs hub"
+
+
+@pytest.mark.parametrize("id", sorted(FINDINGS))
+def test_every_signature_matches_its_own_bug_and_no_other_failure(id):
+    for text in OTHER_FAILURES:
+        assert failure(id, text, text)[0] == "failed", (id, text)

@@ -15,6 +15,7 @@ pytest.importorskip(
     "lightning", reason="Lightning is not installed (pip install 'xlasim[lightning]')"
 )
 
+from fixtures.other_failures import OTHER_FAILURES
 from xlasim.lightning.classify import failure
 from xlasim.lightning.findings import FINDINGS, LIGHTNING_BUG
 
@@ -67,3 +68,15 @@ def test_a_finding_needs_its_signature():
     assert failure(FSDP, text, "UnpicklingError")[0] == LIGHTNING_BUG
     other = failure(FSDP, "RuntimeError: something else", "RuntimeError: something else")
     assert other == ("failed", "RuntimeError: something else")
+
+
+@pytest.mark.parametrize("id", sorted(FINDINGS))
+def test_every_signature_matches_its_own_bug_and_no_other_failure(id):
+    for text in OTHER_FAILURES:
+        assert failure(id, text, text)[0] == "failed", (id, text)
+
+
+def test_the_device_stats_finding_matches_the_missing_memory_key():
+    id = "tests_pytorch/callbacks/test_device_stats_monitor.py::test_device_stats_monitor_tpu"
+    text = "xlasim.RankFailedError[KeyError]: rank 0/8 raised KeyError: 'kb_free'"
+    assert failure(id, text, text)[0] == LIGHTNING_BUG

@@ -1,5 +1,6 @@
 """The TPU's matmul arithmetic, from its definition: for drawn shapes, dtypes, operations
-(matmul, batched matmul, linear with bias, convolution; forward and the input gradient) and
+(matmul, batched matmul, linear with bias, convolution, torch_xla's `_xla_dot_general`; forward
+and the input gradient) and
 torch_xla's three precisions, what the XLA device computes equals what the test computes here.
 
 The definition, as XLA writes the algorithms the TPU runs (`BF16_BF16_F32`, `_X3`, `_X6`;
@@ -50,7 +51,9 @@ DEFINITION = {
     "highest": (3, [(1, 1), (0, 2), (2, 0), (0, 1), (1, 0), (0, 0)]),
 }
 UNIT_ROUNDOFF = 2.0**-24
-OPERATIONS = ("matmul", "bmm", "linear", "conv2d", "matmul_input_grad")
+OPERATIONS = ("matmul", "bmm", "linear", "conv2d", "matmul_input_grad", "dot_general")
+#: Operations torch_xla lowers at DEFAULT whatever the setting (docs/tpu-arithmetic.md).
+AT_DEFAULT = frozenset({"dot_general"})
 
 
 def truncate(x: np.ndarray) -> np.ndarray:
@@ -127,6 +130,8 @@ def on_rank(case: Case, setting: str) -> torch.Tensor:
         result = lhs.grad
     elif case.operation == "linear":
         result = F.linear(*tensors)
+    elif case.operation == "dot_general":  # XLA's DotGeneral contracting lhs 1 with rhs 0
+        result = torch_xla._XLAC._xla_dot_general(*tensors, (([1], [0]), ()))
     else:
         result = product(case.operation, *tensors)
     set_precision("default")
@@ -144,11 +149,13 @@ def reference_operands(case: Case) -> tuple[torch.Tensor, torch.Tensor]:
 def passes(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Each pass's (exact sum in float64, sum of magnitudes), in the definition's order."""
     lhs, rhs = reference_operands(case)
-    operation = "matmul" if case.operation == "matmul_input_grad" else case.operation
+    operation = (
+        "matmul" if case.operation in ("matmul_input_grad", "dot_general") else case.operation
+    )
     if case.dtype == torch.bfloat16:
         pairs = [(lhs, rhs)]
     else:
-        count, order = DEFINITION[case.precision]
+        count, order = DEFINITION[effective_precision(case)]
         lhs_parts = [torch.from_numpy(p) for p in split(lhs.numpy(), count)]
         rhs_parts = [torch.from_numpy(p) for p in split(rhs.numpy(), count)]
         pairs = [(lhs_parts[i], rhs_parts[j]) for i, j in order]
@@ -159,6 +166,12 @@ def passes(case: Case) -> list[tuple[torch.Tensor, torch.Tensor]]:
         )
         for a, b in pairs
     ]
+
+
+def effective_precision(case: Case) -> str:
+    """The precision the case's operation computes at: the setting's, or DEFAULT for the ones
+    torch_xla lowers at DEFAULT."""
+    return "default" if case.operation in AT_DEFAULT else case.precision
 
 
 def bit_exact_reference(case: Case) -> torch.Tensor:
@@ -267,7 +280,7 @@ def test_matmul_and_convolution_compute_the_tpus_arithmetic(
     tpu_arithmetic, xla_world, world_sizes, case
 ):
     results = xla_world.run_on(world_sizes[0], on_rank, case, case.precision)
-    one_rounding = case.precision == "default" or case.dtype == torch.bfloat16
+    one_rounding = effective_precision(case) == "default" or case.dtype == torch.bfloat16
     bits_fixed = case.contraction == 1 or (case.exact_sums and one_rounding)
     if case.dtype == torch.bfloat16 and case.bias is not None:
         bits_fixed = False  # the bias may be added before or after the dot's rounding to bf16

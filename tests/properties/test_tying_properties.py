@@ -16,12 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
-import pytest
 import torch
 import torch_xla
 import torch_xla.runtime as xr
 from drawing import budget
-from hypothesis import given
+from hypothesis import event, given, reject
 from hypothesis import strategies as st
 from torch import nn
 
@@ -181,7 +180,11 @@ def test_tied_groups_stay_one_parameter_through_setup_training_and_checkpoints(
             )
         except Exception as error:
             if UPSTREAM_HASH_COLLISION.search(str(error)):
-                pytest.xfail(f"pytorch/xla #8353 (docs/fidelity.md, 'Upstream: ...'): {error}")
+                # Not this example's fault to judge: Hypothesis discards it (counted in its
+                # statistics, `--hypothesis-show-statistics`) and goes on drawing, where an
+                # xfail would end the whole property at the first such example.
+                event("pytorch/xla #8353: example discarded (docs/fidelity.md, 'Upstream')")
+                reject()
             raise
 
     reference = results[0]

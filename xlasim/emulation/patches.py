@@ -61,7 +61,7 @@ def _targets() -> list[Patch]:
 
     from ..compilation import turns
     from ..reports import traced_counters
-    from ..tpu import memory
+    from ..tpu import arithmetic, memory
     from . import collectives, compiled, distributed, queries, seeding, spmd, world_of_one
 
     runtime_originals = {
@@ -111,6 +111,7 @@ def _targets() -> list[Patch]:
     targets += spmd.patches()
     targets += turns.patches()
     targets += memory.patches()
+    targets += arithmetic.patches()
     return targets
 
 

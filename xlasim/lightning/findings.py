@@ -61,7 +61,7 @@ FINDINGS: dict[str, Finding] = {
         "returns (KeyError on every rank); xfailed here only because xlasim's "
         "RankFailedError[KeyError] is also a RuntimeError (a TPU raises the bare KeyError, which "
         "the xfail(raises=RuntimeError) does not match)",
-        r"KeyError|kb_free|RankFailedError",
+        r"KeyError: 'kb_free'",
         "devicestatsmonitor-reads-memory-keys-torch_xla-29-does-not-return",
     ),
 }

@@ -16,6 +16,7 @@ turns it off: the CPU's exact f32, read at each call.
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -348,6 +349,36 @@ def _einsum_kernel() -> Callable:
         return _RoundGradient.apply(original.call_boxed(keyset, equation, rounded, path=path))
 
     return kernel
+
+
+def _dot_general(original: Callable[..., Any]) -> Callable[..., Any]:
+    """torch_xla's `_XLAC._xla_dot_general` (XLA's DotGeneral, called by
+    `xla_quantized_matmul` and users) at DEFAULT, whatever the setting: torch_xla builds it with
+    no precision config (`ops/dot_general.cpp`), and a TPU's DEFAULT is one bf16 pass. It is a
+    function of torch_xla's C++ module, not an op of torch's dispatcher, so it is replaced at its
+    attribute, where callers look it up (`patches`)."""
+
+    @functools.wraps(original)
+    def dot_general(
+        lhs, rhs, dimension_numbers, precision_config=None, preferred_element_type=None
+    ):
+        if emulating() and _on_xla(lhs, rhs) and _f32(lhs, rhs):
+            lhs, rhs = rounded(lhs, rhs)
+        return original(lhs, rhs, dimension_numbers, precision_config, preferred_element_type)
+
+    return dot_general
+
+
+def _on_xla(*tensors: Any) -> bool:
+    return all(isinstance(t, torch.Tensor) and t.device.type == "xla" for t in tensors)
+
+
+def patches() -> list[tuple[Any, str, Any]]:
+    """The TPU arithmetic's attribute patches (the dispatcher's kernels are `install`'s)."""
+    import torch_xla
+
+    xlac = torch_xla._XLAC
+    return [(xlac, "_xla_dot_general", _dot_general(xlac._xla_dot_general))]
 
 
 def install() -> None:
