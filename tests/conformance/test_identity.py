@@ -84,6 +84,9 @@ def test_replication_still_matches_the_cpu_clients_devices(world):
         ("v4-16", "v4-16", "2,2,1", "1,1,2", "TPU v4", 32 * GiB),
         ("v5e-8", "v5litepod-8", "2,4,1", "1,1,1", "TPU v5 lite", 16 * GiB),
         ("v3-32", "v3-32", "2,2,1", "2,2,1", "TPU v3", 16 * GiB),
+        ("v5p-8", "v5p-8", "2,2,1", "1,1,1", "TPU v5", 95 * GiB),
+        ("v5p-16", "v5p-16", "2,2,1", "1,1,2", "TPU v5", 95 * GiB),
+        ("v6e-8", "v6e-8", "2,4,1", "1,1,1", "TPU v6 lite", 32 * GiB),
     ],
 )
 def test_presets_describe_their_cloud_tpu_slice(

@@ -121,6 +121,9 @@ PRESETS: dict[str, tuple[Topology, str]] = {
     "v4-8": (Topology(4, 4, generation="v4"), "TPU v4 host: 4 chips, one process per chip"),
     "v4-16": (Topology(8, 8, 2, "v4"), "two v4 hosts: 8 chips, one process per chip"),
     "v5e-8": (Topology(8, 8, generation="v5e"), "TPU v5e host: 8 chips, one process per chip"),
+    "v5p-8": (Topology(4, 4, generation="v5p"), "TPU v5p host: 4 chips, one process per chip"),
+    "v5p-16": (Topology(8, 8, 2, "v5p"), "two v5p hosts: 8 chips, one process per chip"),
+    "v6e-8": (Topology(8, 8, generation="v6e"), "TPU v6e host: 8 chips, one process per chip"),
     "v3-32": (Topology(32, 16, 4, "v3"), "four v3 hosts: 4 processes x 2 cores each"),
     "2xv5e-8": (
         Topology(16, 16, 2, "v5e", slices=2),
