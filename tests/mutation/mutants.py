@@ -9,52 +9,12 @@ training strategies (see docs/known-bugs.md), the rest classic slips in collecti
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
+from events_mutants import EVENTS_MUTANTS
+from mutant import Edit, Mutant, MutantDoesNotApply, mutant
+from tpu_mutants import TPU_MUTANTS
+from traces_mutants import TRACES_MUTANTS
 
-
-class MutantDoesNotApply(RuntimeError):
-    """The text a mutant replaces is not in its file exactly once: the code moved on."""
-
-
-@dataclass(frozen=True)
-class Edit:
-    path: str
-    old: str
-    new: str
-
-
-@dataclass(frozen=True)
-class Mutant:
-    name: str
-    why: str
-    edits: tuple[Edit, ...]
-
-    def patched(self, root: Path) -> dict[Path, str]:
-        """The new text of every file the mutant changes under `root`; raises
-        `MutantDoesNotApply` if an old string is not in its file exactly once."""
-        texts: dict[Path, str] = {}
-        for edit in self.edits:
-            file = root / edit.path
-            text = texts.get(file) or file.read_text()
-            count = text.count(edit.old)
-            if count != 1:
-                raise MutantDoesNotApply(
-                    f"mutant {self.name!r}: {edit.path} contains the text to replace {count} "
-                    f"times, expected once:\n{edit.old}"
-                )
-            texts[file] = text.replace(edit.old, edit.new)
-        return texts
-
-    def apply(self, root: Path) -> None:
-        """Patch the files under `root` (a copy of the repository, never the working tree)."""
-        for file, text in self.patched(root).items():
-            file.write_text(text)
-
-
-def mutant(name: str, why: str, path: str, old: str, new: str) -> Mutant:
-    """A mutant of one edit."""
-    return Mutant(name, why, (Edit(path, old, new),))
+__all__ = ["MUTANTS", "SANITY", "Edit", "Mutant", "MutantDoesNotApply"]
 
 
 #: Proves the run imports the copy's packages (the venv has the working tree installed
@@ -400,4 +360,4 @@ SPMD_MUTANTS = (
         "        return unflatten_state_dict(template, metadata.planner_data)",
     ),
 )
-MUTANTS = MUTANTS + SPMD_MUTANTS
+MUTANTS = MUTANTS + SPMD_MUTANTS + TPU_MUTANTS + TRACES_MUTANTS + EVENTS_MUTANTS

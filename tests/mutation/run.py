@@ -16,11 +16,13 @@
    their own message.
 3. Baseline: the unmutated copy must pass (a red baseline would "catch" every mutant). Its
    per-test durations order the tests fastest first for the mutants' runs (the same tests).
-4. Each mutant (tests/mutation/mutants.py) is applied to a fresh copy of the snapshot and the
-   suite (`SUITE`: tests/properties and tests/strategy whole, and the core's and the plugin's
-   tests of collectives, failure reports and settling) runs against it with
+4. Each mutant (tests/mutation/mutants.py and the subsystems' *_mutants.py) is applied to a
+   fresh copy of the snapshot and its suite runs against it with
    `--xla-devices=8 -x -p no:cacheprovider` and the `xla-mutation` Hypothesis profile
-   (tests/mutation/mutation_profile.py). A failing suite catches the mutant.
+   (tests/mutation/mutation_profile.py). A failing suite catches the mutant. A mutant's suite
+   is the tests it names (a subsystem's own: `Mutant.suite`), else `SUITE` (tests/properties
+   and tests/strategy whole, and the core's and the plugin's tests of collectives, failure
+   reports and settling); `--suite` gives every mutant the same one.
 
 One line per mutant; the last line is `mutation score: K/M`. Exit status: 0 when every mutant
 is caught, 1 when one survives, 2 when the run cannot be trusted (a mutant does not apply, the
@@ -178,6 +180,12 @@ def fastest_first(junit: Path, copy: Path) -> list[str]:
     return sorted(seconds, key=seconds.get)
 
 
+def within(targets: list[str], suite: tuple[str, ...] | list[str]) -> list[str]:
+    """The baseline's node ids (fastest first) that belong to `suite`'s paths."""
+    paths = [path.rstrip("/") for path in suite]
+    return [t for t in targets if any(t == p or t.startswith((p + "/", p + "::")) for p in paths)]
+
+
 def fresh_copy(base: Path, work: Path, mutant: Mutant) -> Path:
     copy = work / mutant.name
     shutil.copytree(base, copy, ignore=IGNORED)
@@ -198,9 +206,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--suite",
         nargs="+",
-        default=list(SUITE),
         metavar="PATH",
-        help=f"test directories or files to run (default: {' '.join(SUITE)})",
+        help="test directories or files to run for every mutant (default: each mutant's own "
+        f"tests, else {' '.join(SUITE)})",
     )
     parser.add_argument(
         "--suite-timeout",
@@ -226,8 +234,10 @@ def main(argv: list[str] | None = None) -> int:
         base = work / "base"
         snapshot(base, options.rev)
         source = f"commit {options.rev}" if options.rev else "the working tree"
+        suites = {m.name: tuple(options.suite or m.suite or SUITE) for m in chosen}
+        everything = sorted({path for suite in suites.values() for path in suite})
         print(
-            f"mutation run: {len(chosen)} mutants against {source}; suite {' '.join(options.suite)}"
+            f"mutation run: {len(chosen)} mutants against {source}; suites {' '.join(everything)}"
         )
         for m in (*SANITY, *chosen):  # every mutant must still apply before anything runs
             try:
@@ -238,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         check_isolation(base)
 
         junit = work / "baseline.xml"
-        baseline = run_suite(base, list(options.suite), options.suite_timeout, junit)
+        baseline = run_suite(base, everything, options.suite_timeout, junit)
         if baseline.failed:
             print(baseline.output[-5000:])
             print(f"baseline fails without any mutant: {baseline.first_failure()}")
@@ -263,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         caught = 0
         for m in chosen:
             copy = fresh_copy(base, work, m)
-            outcome = run_suite(copy, targets, options.suite_timeout)
+            outcome = run_suite(copy, within(targets, suites[m.name]), options.suite_timeout)
             caught += outcome.failed
             detail = outcome.first_failure() if outcome.failed else m.why
             report("caught" if outcome.failed else "SURVIVED", outcome, m.name, detail)
