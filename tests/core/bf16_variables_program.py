@@ -2,13 +2,15 @@
 torch_xla's `XLA_USE_BF16=1` / `XLA_DOWNCAST_BF16=1`. On each rank: a matmul of f32 and of f64
 tensors with the TPU arithmetic and with the CPU's exact one (`XLASIM_ARITHMETIC` is read at
 each call), and one training step of a linear layer (the graph XLA's verifier refused when the
-arithmetic rounded operands XLA already held in bf16: Lightning's 'bf16-true'). Prints
-`RESULT {...}` per rank, for the test to judge."""
+arithmetic rounded operands XLA already held in bf16: Lightning's 'bf16-true'). Writes
+`rank-R.json` per rank into the directory it is given, for the test to judge."""
 
 from __future__ import annotations
 
 import json
 import os
+import sys
+from pathlib import Path
 
 import torch
 import torch_xla
@@ -57,11 +59,11 @@ def training_step(device: torch.device) -> float:
     return loss.item()
 
 
-def main(index: int) -> None:
+def main(index: int, directory: str) -> None:
     device = torch_xla.device()
     result = {"rank": index, "matmuls": matmuls(device), "loss": training_step(device)}
-    print("RESULT " + json.dumps(result), flush=True)
+    (Path(directory) / f"rank-{index}.json").write_text(json.dumps(result))
 
 
 if __name__ == "__main__":
-    torch_xla.launch(main)
+    torch_xla.launch(main, args=(sys.argv[1],))

@@ -27,25 +27,24 @@ ELEMENT_TYPES = {
 }
 
 
-def run_program(variable: str | None) -> list[dict]:
+def run_program(variable: str | None, directory: Path) -> list[dict]:
     env = {k: v for k, v in os.environ.items() if k not in ELEMENT_TYPES}
     if variable:
         env[variable] = "1"
     done = subprocess.run(
-        [sys.executable, "-m", "xlasim", "run", "--devices", "2", str(PROGRAM)],
+        [sys.executable, "-m", "xlasim", "run", "--devices", "2", str(PROGRAM), str(directory)],
         capture_output=True,
         text=True,
         timeout=300,
         env=env,
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    return sorted((json.loads(line.removeprefix("RESULT ")) for line in lines), key=str)
+    return [json.loads(path.read_text()) for path in sorted(directory.glob("rank-*.json"))]
 
 
 @pytest.mark.parametrize("variable", list(ELEMENT_TYPES), ids=lambda v: v or "neither")
-def test_operands_xla_holds_in_bf16_are_multiplied_as_they_are(variable):
-    results = run_program(variable)
+def test_operands_xla_holds_in_bf16_are_multiplied_as_they_are(variable, tmp_path):
+    results = run_program(variable, tmp_path)
     assert [r["rank"] for r in results] == [0, 1]
     for result in results:
         for dtype, element_type in zip(("torch.float32", "torch.float64"), ELEMENT_TYPES[variable]):
