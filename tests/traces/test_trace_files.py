@@ -194,3 +194,39 @@ def test_a_race_under_tracing_names_its_trace_and_the_stream_has_the_file_events
     ]
     assert files and all(path.startswith(str(shared)) for _, _, path in files), files
     assert {op for _, op, _ in files} >= {"read", "write"}, files
+
+
+def test_events_a_racing_flush_wrote_out_of_order_are_read_in_program_order(tmp_path):
+    """Two threads acting for one rank (its own and autograd's) can take numbers 5 and 6 and
+    append them the other way round, across two flushes: the file then holds 6 before 5."""
+    events = tmp_path / model.EVENTS_DIR
+    events.mkdir()
+    begin = {"rank": 2, "kind": "graph", "ph": "B", "t": 20, "n": 0}
+    end = {"rank": 2, "kind": "graph", "ph": "E", "t": 30, "n": 1, "of": 0}
+    lines = [end, begin]
+    (events / model.rank_file(2)).write_text("".join(json.dumps(line) + "\n" for line in lines))
+    [(rank, stream)] = model.read_ranks(tmp_path).items()
+    assert rank == 2 and [e.n for e in stream] == [0, 1]
+    assert [s.end.n for s in model.spans(stream)] == [1]
+
+
+def test_only_collectives_of_a_group_are_joined_by_arrows(record, world, tmp_path):
+    directory = record(world, traced_programs.send_recv_program, (), tmp_path / "trace")
+    ops = [e.call.split(" ")[0] for e in canonical.read(directory)[0]]
+    assert ops == ["send", "all_reduce"], ops  # the send is recorded...
+    events = json.loads((directory / "trace.json").read_text())["traceEvents"]
+    flows = defaultdict(set)
+    for event in events:
+        if event["ph"] in ("s", "t", "f"):
+            flows[event["id"]].add((event["name"], event["pid"]))
+    assert sorted(flows.values(), key=sorted) == [{("all_reduce", r) for r in range(4)}]
+
+
+def test_a_meeting_is_read_back_with_each_members_arrival(tmp_path):
+    events = tmp_path / model.EVENTS_DIR
+    events.mkdir()
+    written = {"group": [0, 1], "arrivals": {"0": 500, "1": 900}}
+    (events / model.MEETINGS_FILE).write_text(json.dumps(written) + "\n")
+    [meeting] = model.read_meetings(tmp_path)
+    assert meeting == model.Meeting((0, 1), {0: 500, 1: 900})
+    assert meeting.last_arrival == 900
