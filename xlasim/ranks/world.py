@@ -206,8 +206,8 @@ class World:
             run = Run(
                 self.topology, size, self.collective_timeout, reporter=self._ranks, collect=collect
             )
-            if collect.output and self.topology.threaded:  # the ranks write to this process
-                stack.enter_context(rank_output.routed())
+            if self.topology.threaded:  # the ranks write to this process: kept or passed on
+                stack.enter_context(rank_output.routed())  # whole lines (rank_output.py)
             try:
                 self._ranks.dispatch(run, jobs)
                 self._supervise(run, default_run_timeout() if timeout is None else timeout)

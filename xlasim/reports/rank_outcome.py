@@ -22,7 +22,7 @@ import pickle
 import sys
 import time
 from collections.abc import Callable, Sequence
-from contextlib import nullcontext, suppress
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -128,15 +128,16 @@ def call(
     run: Any = None,
 ) -> RankOutcome:
     """Call `fn(*args, **kwargs)` as `rank` of `run` and say how it ended (never raises)."""
-    capturing = rank_output.captured(run, rank, collect.tee) if collect.output else nullcontext()
+    # Output not kept still passes through whole lines at a time (rank_output's docstring).
+    routing = rank_output.captured(run, rank, collect.tee or not collect.output, collect.output)
     start = time.perf_counter()
-    with capturing as buffers, hooks.launch(rank):
+    with routing as buffers, hooks.launch(rank):
         try:
             result, error = fn(*args, **kwargs), None
         except BaseException as caught:  # every failure is reported, none is lost
             result, error = None, caught
     outcome = RankOutcome(rank, size, result, error, duration=time.perf_counter() - start)
-    if buffers is not None:
+    if collect.output:
         outcome.stdout, outcome.stderr = buffers[0].getvalue(), buffers[1].getvalue()
     if error is not None:
         outcome.traceback = user_traceback(error)

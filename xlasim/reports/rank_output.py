@@ -9,6 +9,13 @@ buffers; any other write goes to the stream that was there. Output written below
 The launching process routes only while a run is in progress (`routed`), on top of whatever
 stream is current then (pytest swaps its own per test); worker processes route for their whole
 life (`install`), since nothing else writes there.
+
+What a rank passes through to the stream underneath (`tee`) goes there a whole line at a time:
+`print` writes each piece of a line and then its newline, and ranks writing to one stream (the
+threads mode) or to one terminal (worker processes, whose streams are unbuffered there) would
+cut each other's lines ("HWHW TPU"), where a TPU VM's processes each flush a line whole. A
+rank's unfinished line waits for its newline, for an explicit flush (a progress line), or for
+the rank's end.
 """
 
 from __future__ import annotations
@@ -23,30 +30,59 @@ from typing import Any, TextIO
 from ..base import rank_context
 
 _lock = threading.Lock()
-#: Capturing ranks' buffers, by thread and by (run, rank): [stdout, stderr, tee].
-_by_thread: dict[int, tuple[io.StringIO, io.StringIO, bool]] = {}
-_by_rank: dict[tuple[int, int], tuple[io.StringIO, io.StringIO, bool]] = {}
+#: A running rank's buffers (None where its output is not kept) and whether its output also
+#: passes to the stream underneath: (stdout, stderr, tee).
+Target = tuple[io.StringIO | None, io.StringIO | None, bool]
+#: Running ranks' targets, by thread and by (run, rank).
+_by_thread: dict[int, Target] = {}
+_by_rank: dict[tuple[int, int], Target] = {}
 _installed = False
 
 
 class Router(io.TextIOBase):
-    """A text stream that sends each write to the writing rank's buffer, else to `fallback`."""
+    """A text stream that sends each write to the writing rank's buffer, else to `fallback`;
+    what a rank tees to `fallback` goes whole lines at a time (the module's docstring)."""
 
     def __init__(self, fallback: TextIO, stream: int):
         self._fallback = fallback
         self._stream = stream  # 0: stdout, 1: stderr
+        #: Each teeing rank's line so far, by its buffers' identity, until its newline.
+        self._unfinished: dict[int, str] = {}
 
     def write(self, text: str) -> int:
         target = _target()
         if target is None:
             return self._fallback.write(text)
-        target[self._stream].write(text)
+        kept = target[self._stream]
+        if kept is not None:
+            kept.write(text)
         if target[2]:
-            self._fallback.write(text)
+            self._tee(id(target), text)
         return len(text)
 
+    def _tee(self, key: int, text: str) -> None:
+        with _lock:
+            text = self._unfinished.pop(key, "") + text
+            cut = text.rfind("\n") + 1
+            if cut < len(text):
+                self._unfinished[key] = text[cut:]
+        if cut:
+            self._fallback.write(text[:cut])
+
     def flush(self) -> None:
+        """Flush the stream underneath, first with the flushing rank's unfinished line (a
+        progress line flushed on purpose goes out as it is)."""
+        target = _target()
+        if target is not None:
+            self.finish(target)
         self._fallback.flush()
+
+    def finish(self, target: Target) -> None:
+        """Write out the unfinished line of the rank whose buffers are `target`."""
+        with _lock:
+            rest = self._unfinished.pop(id(target), "")
+        if rest:
+            self._fallback.write(rest)
 
     def writable(self) -> bool:
         return True
@@ -55,7 +91,7 @@ class Router(io.TextIOBase):
         return getattr(self._fallback, name)
 
 
-def _target() -> tuple[io.StringIO, io.StringIO, bool] | None:
+def _target() -> Target | None:
     found = _by_thread.get(threading.get_ident())
     if found is None:
         ctx = rank_context.current()
@@ -65,19 +101,30 @@ def _target() -> tuple[io.StringIO, io.StringIO, bool] | None:
 
 
 @contextmanager
-def captured(run: Any, rank: int, tee: bool) -> Iterator[tuple[io.StringIO, io.StringIO]]:
-    """Capture what the calling thread (playing `rank` of `run`) writes while inside; `tee`
-    also passes it through to the stream underneath."""
-    buffers = (io.StringIO(), io.StringIO(), tee)
+def captured(run: Any, rank: int, tee: bool, keep: bool = True) -> Iterator[Target]:
+    """Route what the calling thread (playing `rank` of `run`) writes while inside: kept in
+    the rank's buffers (`keep`), passed through to the stream underneath whole lines at a time
+    (`tee`), or both.
+
+    Args:
+        run: the run the rank belongs to (ranks of several runs may share a process).
+        rank: the rank's number in it.
+        tee: pass its output through to the stream underneath.
+        keep: keep its output in buffers (the yielded target's first two items, else None).
+    """
+    buffers = (io.StringIO(), io.StringIO(), tee) if keep else (None, None, tee)
     with _lock:
         _by_thread[threading.get_ident()] = buffers
         _by_rank[(id(run), rank)] = buffers
     try:
-        yield buffers[0], buffers[1]
+        yield buffers
     finally:
         with _lock:
             _by_thread.pop(threading.get_ident(), None)
             _by_rank.pop((id(run), rank), None)
+        for stream in (sys.stdout, sys.stderr):
+            if isinstance(stream, Router):
+                stream.finish(buffers)
 
 
 def _swap(make: Callable[[TextIO, int], TextIO]) -> tuple[TextIO, TextIO]:
