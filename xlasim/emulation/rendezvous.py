@@ -434,7 +434,7 @@ class Run(RunObjects):
                     since = max(since, self.scheduler.progress)
                 remaining = since + self.collective_timeout - time.monotonic()
                 if remaining <= 0 and bounded():
-                    self._abort(self._timeout_error())
+                    self._abort(self._late_error())
                     self._raise_if_aborted()
                 self.cond.wait(timeout=min(remaining, 1.0) if remaining > 0 else 1.0)
         finally:
@@ -484,6 +484,13 @@ class Run(RunObjects):
                     f"complete: a rank it needs has already returned ({why})"
                 )
         return ""
+
+    def _late_error(self) -> CollectiveTimeoutError:
+        """Why a wait outlived its bound: under a schedule, a rank that has the turn and keeps
+        it (`ScheduleStalledError`); otherwise ranks that never arrived."""
+        if self.scheduler is not None and self.scheduler.running():
+            return self._stalled_error()
+        return self._timeout_error()
 
     def _timeout_error(self) -> CollectiveTimeoutError:
         return CollectiveTimeoutError(
