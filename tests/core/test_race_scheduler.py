@@ -241,9 +241,13 @@ def test_a_receive_waits_for_its_send_under_a_schedule(any_world, tmp_path):
 
 
 def test_a_failing_launch_names_the_file_of_its_interleaving(world):
-    with tempfile.TemporaryDirectory() as directory, scheduled(1), named("read_before_write"):
-        with pytest.raises(FileNotFoundError) as raised:
-            world.run(race_catalogue.read_before_write, (directory, False))
+    with (
+        tempfile.TemporaryDirectory() as directory,
+        scheduled(1),
+        named("read_before_write"),
+        pytest.raises(FileNotFoundError) as raised,
+    ):
+        world.run(race_catalogue.read_before_write, (directory, False))
     text = str(raised.value)  # the rank's section: its traceback, with the note
     assert "xlasim: schedule 1: its " in text and "read_before_write-schedule-1.txt" in text
     path = world.interleaving.file
