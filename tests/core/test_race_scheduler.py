@@ -151,14 +151,21 @@ inside = []
 
 
 def one_at_a_time(rank, path):
-    """Between its points a rank works without any, and says when it starts and stops."""
+    """Between its points a rank works without any (after a file operation, after leaving a
+    collective), and says when it starts and stops."""
     for _ in range(3):
         os.path.exists(path)  # a scheduling point
-        inside.append(("in", rank))
-        until = time.perf_counter() + 0.01  # longer than the interpreter's switch interval
-        while time.perf_counter() < until:
-            pass
-        inside.append(("out", rank))
+        _work(rank)
+        xm.rendezvous("step")  # entered and left: two more
+        _work(rank)
+
+
+def _work(rank):
+    inside.append(("in", rank))
+    until = time.perf_counter() + 0.01  # longer than the interpreter's switch interval
+    while time.perf_counter() < until:
+        pass
+    inside.append(("out", rank))
 
 
 def test_ranks_run_one_at_a_time_between_points(world, tmp_path):
