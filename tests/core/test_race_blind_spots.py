@@ -71,6 +71,20 @@ def test_each_operation_is_seen(either, tmp_path, operation):
     assert found == {frozenset({(0, "write", path), (1, OPERATIONS[operation][1], path)})}
 
 
+def lists_while_the_other_changes_in_place(rank, directory, operation):
+    if rank == 0:
+        os.listdir(directory)
+    else:
+        OPERATIONS[operation][0](os.path.join(directory, "f"))
+
+
+@pytest.mark.parametrize("operation", ["truncate", "chmod", "utime"])
+def test_a_listing_does_not_race_with_a_change_in_place(either, tmp_path, operation):
+    """A listing sees a directory's entries, not their sizes, modes or times."""
+    (tmp_path / "f").write_text("x")
+    assert _races(either, lists_while_the_other_changes_in_place, str(tmp_path), operation) == set()
+
+
 def links_are_made(rank, directory):
     if rank == 0:
         os.symlink(os.path.join(directory, "target"), os.path.join(directory, "soft"))
