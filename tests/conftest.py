@@ -2,6 +2,7 @@
 core's world directly, so they need emulation in this process (they skip on a real TPU)."""
 
 import os
+import tempfile
 from collections.abc import Iterator
 
 import pytest
@@ -45,6 +46,10 @@ SLICE_FIXTURES = ("xla_rank", "xla_world", "xla_metrics")
 
 
 def pytest_configure(config):
+    # Launches under a schedule write their interleavings (docs/races.md): the suite's go to a
+    # directory of the session's, not into the checkout.
+    if not os.environ.get("XLASIM_SCHEDULE_DIR"):
+        os.environ["XLASIM_SCHEDULE_DIR"] = tempfile.mkdtemp(prefix="xlasim-test-schedules-")
     config.addinivalue_line(
         "markers",
         "portable: runs on the session's slice (marked xla or using xla_world/xla_rank) and "

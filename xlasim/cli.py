@@ -80,15 +80,17 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         metavar="N",
-        help="run the script under N seeded schedules (ranks delayed at file operations and "
-        "collectives), each in a fresh process; the first that fails names its seed",
+        help="run the script under N seeded schedules (ranks take turns: at every file "
+        "operation, collective, send and receive the seed decides who goes next), each in a "
+        "fresh process; the first that fails names its seed and its interleaving's file",
     )
     run.add_argument(
         "--schedule",
         type=int,
         default=None,
         metavar="SEED",
-        help="run under the schedule of this seed (replays a failure --schedules found)",
+        help="run under the schedule of this seed (replays a failure --schedules found, and "
+        "compares its interleaving with the recorded one)",
     )
     pod = run.add_argument_group(
         "pod", "a slice spread over several machines, each running this command (docs/pods.md)"
@@ -213,6 +215,13 @@ def _run_arguments(options: argparse.Namespace) -> list[str]:
     return [*arguments, options.target, *options.args]
 
 
+def _race_options(options: argparse.Namespace) -> str:
+    """The race options given (`--races`, `--schedule`, `--schedules`), as the user wrote them."""
+    given = [("--races", options.races), ("--schedule", options.schedule is not None)]
+    given.append(("--schedules", options.schedules is not None))
+    return "/".join(flag for flag, on in given if on)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """The `xlasim` command; returns its exit status.
 
@@ -252,10 +261,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         options.token,
         options.machine_address,
     )
+    asked = _race_options(options)
+    if asked and (options.machines or 1) > 1:
+        print(f"xlasim: {races.refused_on_a_pod(asked)}", file=sys.stderr)
+        return 2
     if options.races:
         os.environ[races.RACES_ENV] = "1"
     if options.schedule is not None:
         os.environ[races.SCHEDULE_ENV] = str(options.schedule)
+    if options.schedule is not None or options.schedules is not None:
+        # the interleavings' files are named after the script (docs/races.md)
+        os.environ.setdefault(
+            races.SCHEDULE_NAME_ENV, os.path.splitext(os.path.basename(options.target))[0]
+        )
     if not options.module and not os.path.isfile(options.target):
         print(f"xlasim: no script {options.target!r} (from {os.getcwd()})", file=sys.stderr)
         return 2

@@ -51,6 +51,12 @@ class CollectiveTimeoutError(XlasimError):
 
 
 @public
+class ScheduleStalledError(CollectiveTimeoutError):
+    """Under a schedule (docs/races.md), the rank whose turn it was reached no scheduling point
+    within the bound; the report lists where every rank was."""
+
+
+@public
 class WorldAbortedError(XlasimError):
     """Raised inside a rank that was released because the run was aborted by another cause."""
 

@@ -6,7 +6,9 @@ A `Run` is the emulated equivalent of one TPU program launch. It owns:
   how many collectives those ranks already did together, as XLA matches them by program order),
 - point-to-point mailboxes for send/recv,
 - each rank's state (running, waiting where, done, failed) so that a rank that can never be
-  met is reported at once instead of hanging, and
+  met is reported at once instead of hanging,
+- under a schedule, whose turn it is (`races.scheduler`): ranks run one at a time, and every
+  scheduling point (`point`, a collective's entry and exit, send, receive) waits for its turn,
 - the first cause of an abort, which releases every waiting rank.
 
 All state is guarded by one condition variable; waits are bounded by `collective_timeout`.
@@ -25,10 +27,13 @@ from ..base.errors import (
     CollectiveMismatchError,
     CollectiveTimeoutError,
     DeadlockError,
+    ScheduleStalledError,
     WorldAbortedError,
 )
 from ..base.topology import Topology
 from ..events import recorder
+from ..races.scheduler import Scheduler
+from ..races.settings import schedule_depth
 from ..races.syncs import SyncLog
 from ..races.watch import synchronizing
 from ..reports import hang_report
@@ -148,6 +153,12 @@ class Run(RunObjects):
         self.syncs = SyncLog(size) if collect.races else None
         #: On a pod, where this machine's ranks meet the other machines' (`mark_remote`).
         self.machines: Any = None
+        #: Whose turn it is, when the launch follows a schedule (`collect.schedule`).
+        self.scheduler = (
+            None
+            if collect.schedule is None
+            else Scheduler(collect.schedule, range(size), self.cond.notify_all, schedule_depth())
+        )
         super().__init__()
 
     def here(self, participants: Sequence[int]) -> int:
@@ -180,6 +191,8 @@ class Run(RunObjects):
             if outcome.raised:
                 self._abort(outcome.error)  # type: ignore[arg-type]
             state.call = None
+            if self.scheduler is not None:
+                self.scheduler.finish(outcome.rank)
             self._check_progress()
             self.cond.notify_all()
 
@@ -198,6 +211,8 @@ class Run(RunObjects):
     def _abort(self, cause: BaseException) -> None:
         if self.abort_cause is None:
             self.abort_cause = cause
+        if self.scheduler is not None:
+            self.scheduler.stop()
         self.cond.notify_all()
 
     def _raise_if_aborted(self) -> None:
@@ -219,8 +234,11 @@ class Run(RunObjects):
         The rank that completes the slot computes `combine` once for everyone; every
         participant gets the same object back and must not mutate it.
         """
+        self.point(rank, f"enter {call.op} at {call.location}")
         with synchronizing():
-            return self._gather(rank, tuple(participants), call, payload, combine)
+            result = self._gather(rank, tuple(participants), call, payload, combine)
+        self._await_turn(rank)  # the collective's exit: every member was parked there
+        return result
 
     def _gather(
         self,
@@ -252,9 +270,15 @@ class Run(RunObjects):
                 self._check_signatures(slot)
                 slot.complete = True
                 self.completed[call.op] += 1
+                if self.scheduler is not None:
+                    self.scheduler.enable(
+                        {r: f"leave {c.op} at {c.location}" for r, (c, _) in slot.arrivals.items()}
+                    )
             else:
                 self._wait_state(rank, call, lambda: slot.complete)
                 self._check_progress()
+                if self.scheduler is not None:
+                    self.scheduler.block(rank)
                 # Once every rank has arrived, the slot's completion is bounded by itself (a
                 # meeting with other machines by its own bound, naming a silent machine).
                 self._wait(rank, lambda: slot.done, slot.opened_at, lambda: not slot.complete)
@@ -295,6 +319,7 @@ class Run(RunObjects):
     def send(self, rank: int, channel: Any, call: Call, payload: Any) -> None:
         """Deposit a message; sends never block, as XLA's do not until the receiver runs. On a
         pod the channel's mailbox is the pod's (`machines.post`): any rank may receive."""
+        self.point(rank, f"send at {call.location}")
         with synchronizing():
             with self.cond:
                 self._raise_if_aborted()
@@ -303,12 +328,15 @@ class Run(RunObjects):
                 self.completed[call.op] += 1
                 if self.machines is None:
                     self._mailboxes.setdefault(channel, deque()).append((call, payload))
+                    if self.scheduler is not None:
+                        self.scheduler.wake(channel, "take its message")
                     self.cond.notify_all()
                     return
             self.machines.post(self, rank, channel, call, payload)
 
     def receive(self, rank: int, channel: Any, call: Call) -> tuple[Call, Any]:
         """Take the oldest message of a channel, waiting (bounded) until one is there."""
+        self.point(rank, f"receive at {call.location}")
         with synchronizing():
             if self.machines is None:
                 return self._receive_here(rank, channel, call)
@@ -323,6 +351,11 @@ class Run(RunObjects):
         with self.cond:
             self._raise_if_aborted()
             box = self._mailboxes.setdefault(channel, deque())
+            while not box and self.scheduler is not None:  # its turn comes when a message does
+                self._wait_state(rank, call, lambda: bool(box))
+                self._check_progress()
+                self.scheduler.block(rank, on=channel)
+                self._wait(rank, lambda: self.scheduler.runs(rank), time.monotonic())
             if not box:
                 self._wait_state(rank, call, lambda: bool(box))
                 self._check_progress()
@@ -330,6 +363,55 @@ class Run(RunObjects):
             if self.syncs is not None:
                 self.syncs.receive(rank, channel)
             return box.popleft()
+
+    # ----------------------------------------------------------------- the schedule's turns
+
+    def point(self, rank: int, point: str, detail: str = "") -> None:
+        """A scheduling point of `rank` (its start, a file operation it is about to make, a
+        collective it enters...): under a schedule it waits here until the scheduler picks it.
+
+        Args:
+            rank: the rank.
+            point: what it does next, as replays compare it (`write at prog.py:12 in f`).
+            detail: what else a person reads (the path).
+        """
+        if self.scheduler is None:
+            return
+        with self.cond:
+            self._raise_if_aborted()
+            self.scheduler.park(rank, point, detail)
+            self._await_turn(rank)
+
+    def _await_turn(self, rank: int) -> None:
+        """Wait until the scheduler lets `rank` run (at once without a schedule). Bounded: when
+        the rank that has the turn reaches no scheduling point for `collective_timeout` seconds,
+        the launch fails with `ScheduleStalledError`."""
+        if self.scheduler is None:
+            return
+        with self.cond:
+            while not self.scheduler.runs(rank):
+                self._raise_if_aborted()
+                left = self.scheduler.progress + self.collective_timeout - time.monotonic()
+                if left <= 0:
+                    self._abort(self._stalled_error())
+                    break
+                self.cond.wait(timeout=min(left, 1.0))
+            self._raise_if_aborted()
+
+    def _stalled_error(self) -> ScheduleStalledError:
+        scheduler = self.scheduler
+        assert scheduler is not None
+        holders = scheduler.running()
+        last = scheduler.decisions[-1] if scheduler.decisions else None
+        since = f" since it went on from {last.point}" if last is not None else ""
+        return ScheduleStalledError(
+            f"under schedule {scheduler.seed}, {rank_span(holders)} had the turn for more than "
+            f"{self.collective_timeout:g} s and reached no scheduling point{since}: it waits for "
+            "something no scheduling point sees (a lock a rank holds while it waits for its "
+            "turn, a thread or process of its own, a lock file), or computes longer than that "
+            "(raise the bound with XLASIM_TIMEOUT or collective_timeout=).\n"
+            + self.describe_ranks()
+        )
 
     # ----------------------------------------------------------------- waiting and reports
 
@@ -348,9 +430,11 @@ class Run(RunObjects):
         try:
             while not ready():
                 self._raise_if_aborted()
+                if self.scheduler is not None:  # ranks taking turns are not stuck
+                    since = max(since, self.scheduler.progress)
                 remaining = since + self.collective_timeout - time.monotonic()
                 if remaining <= 0 and bounded():
-                    self._abort(self._timeout_error())
+                    self._abort(self._late_error())
                     self._raise_if_aborted()
                 self.cond.wait(timeout=min(remaining, 1.0) if remaining > 0 else 1.0)
         finally:
@@ -400,6 +484,13 @@ class Run(RunObjects):
                     f"complete: a rank it needs has already returned ({why})"
                 )
         return ""
+
+    def _late_error(self) -> CollectiveTimeoutError:
+        """Why a wait outlived its bound: under a schedule, a rank that has the turn and keeps
+        it (`ScheduleStalledError`); otherwise ranks that never arrived."""
+        if self.scheduler is not None and self.scheduler.running():
+            return self._stalled_error()
+        return self._timeout_error()
 
     def _timeout_error(self) -> CollectiveTimeoutError:
         return CollectiveTimeoutError(

@@ -97,15 +97,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="run every rank test under N seeded schedules (ranks delayed at file operations "
-        "and collectives); a failure names its seed",
+        help="run every rank test under N seeded schedules (ranks take turns; at every file "
+        "operation, collective, send and receive the seed decides who goes next); a failure "
+        "names its seed and the file of its interleaving",
     )
     group.addoption(
         "--xla-schedule",
         type=int,
         default=None,
         metavar="SEED",
-        help="run the ranks under the schedule of this seed (replays a failure of --xla-schedules)",
+        help="run the ranks under the schedule of this seed (replays a failure of "
+        "--xla-schedules, and compares its interleaving with the recorded one)",
     )
     pods = parser.getgroup(
         "xlasim pod",

@@ -4,9 +4,13 @@ test's ranks, in `session.run_ranks`)."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
-from ..races.settings import RACES_ENV, SCHEDULE_ENV, variable
+from ..races.settings import RACES_ENV, SCHEDULE_DIR_ENV, SCHEDULE_ENV, variable
+from . import session
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -15,7 +19,31 @@ def pytest_configure(config: pytest.Config) -> None:
         wanted[RACES_ENV] = "1"
     if config.getoption("xla_schedule", None) is not None:
         wanted[SCHEDULE_ENV] = str(config.getoption("xla_schedule"))
+    scheduling = wanted.get(SCHEDULE_ENV) or config.getoption("xla_schedules", None)
+    if scheduling and not os.environ.get(SCHEDULE_DIR_ENV):
+        wanted[SCHEDULE_DIR_ENV] = str(_schedule_directory(config))
     for name, value in wanted.items():
         setting = variable(name, value)
         setting.__enter__()
         config.add_cleanup(lambda setting=setting: setting.__exit__(None, None, None))
+
+
+def _schedule_directory(config: pytest.Config) -> Path:
+    """Where the tests' interleavings are written: pytest's cache, else `.xlasim/schedules`
+    under the root directory."""
+    cache = getattr(config, "cache", None)
+    if cache is not None:
+        return cache.mkdir("xlasim-schedules")
+    return config.rootpath / ".xlasim" / "schedules"
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """How many distinct interleavings the session's schedules took, over its tests."""
+    if not session.explored:
+        return
+    schedules = sum(c.schedules for c in session.explored)
+    distinct = sum(c.distinct for c in session.explored)
+    terminalreporter.write_line(
+        f"xlasim: {len(session.explored)} test run(s) under schedules: {schedules} schedule(s) "
+        f"took {distinct} distinct interleaving(s) (per test, docs/races.md)"
+    )

@@ -21,12 +21,14 @@ import pytest
 from ..base.emulated_slice import is_emulated
 from ..base.errors import RuntimeAlreadyStartedError, XlasimError
 from ..events.recorder import TRACE_ENV
+from ..races.settings import SCHEDULE_ENV
 from ..traces.session import PLOT_FILE, TraceFiles
 from . import progress
 from .settings import BACKENDS, resolve
 
 if TYPE_CHECKING:
     from ..base.topology import Topology
+    from ..races.explore import Coverage
     from .executor import Executor
     from .outcomes import RankOutcome
 
@@ -217,7 +219,7 @@ def run_ranks(
         )
 
     schedules = config.getoption("xla_schedules", None)
-    with traced(config, item) as directory:
+    with traced(config, item) as directory, scheduled_as(config, item):
         outcomes = _explored(run, schedules, item) if schedules else run()
     if not live:
         replay_output(outcomes)
@@ -256,6 +258,19 @@ def traced(config: pytest.Config, item: pytest.Item | None) -> Iterator[Path | N
             os.environ[TRACE_ENV] = saved
 
 
+@contextmanager
+def scheduled_as(config: pytest.Config, item: pytest.Item | None) -> Iterator[None]:
+    """Under `--xla-schedules`/`--xla-schedule`, the ranks' interleavings are written under the
+    test's id (each run of the test starts its files anew: a replay compares with them)."""
+    if config.getoption("xla_schedules", None) is None and os.environ.get(SCHEDULE_ENV) is None:
+        yield
+        return
+    from ..races.settings import named
+
+    with named(item.nodeid if item is not None else "session"):
+        yield
+
+
 def _explored(
     run: Callable[[], list[RankOutcome]], schedules: int, item: pytest.Item | None
 ) -> list[RankOutcome]:
@@ -266,10 +281,18 @@ def _explored(
     def replay(seed: int) -> str:
         return f"--xla-schedule={seed}"
 
-    outcomes, failed = explore(run, schedules, replay)
-    if failed is not None and item is not None:
-        item.add_report_section("call", "xlasim schedule", replay_note(failed, replay(failed)))
+    outcomes, failed, coverage = explore(run, schedules, replay)
+    explored.append(coverage)
+    if item is not None:
+        lines = [coverage.describe()]
+        if failed is not None:
+            lines.append(replay_note(failed, replay(failed)))
+        item.add_report_section("call", "xlasim schedules", "\n".join(lines))
     return list(outcomes)
+
+
+#: What each test's exploration covered in this process (the session's summary adds them up).
+explored: list[Coverage] = []
 
 
 def _refuse_spmd_here(backend: str) -> None:

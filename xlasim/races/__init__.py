@@ -4,22 +4,36 @@
   accesses (`watch`) are placed on vector clocks computed from the collectives that
   synchronised the ranks (`syncs`, `clocks`); conflicting accesses no collective orders
   (`accesses`) fail the launch with a `RaceError` (`report`), even when every rank returned.
-- schedules (`XLASIM_SCHEDULE=SEED`, `--schedule SEED`): each rank is delayed at file
-  operations and collective exits as the seed says (`schedule`); `explore` runs N of them.
+- schedules (`XLASIM_SCHEDULE=SEED`, `--schedule SEED`): ranks take turns, and at every
+  scheduling point (start, file operation, collective entry and exit, send, receive, sleep) the
+  seed's PCT policy (`schedule`) decides who runs next (`scheduler`); each launch's decisions are
+  written and compared with the recorded ones (`interleavings`); `explore` runs N seeds.
 
-Off by default, and then nothing is recorded, installed or delayed.
+Off by default, and then nothing is recorded, installed or scheduled.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from .accesses import Access, Race, races
 from .clocks import clocks
 from .hosts import explain_missing_files
-from .report import RaceError, describe
-from .settings import RACES_ENV, SCHEDULE_ENV, detecting, requested, scheduled
+from .interleavings import Interleaving, record
+from .report import RaceError, RaceRecordingError, describe, describe_unrecorded
+from .scheduler import Scheduler
+from .settings import (
+    RACES_ENV,
+    SCHEDULE_ENV,
+    SCHEDULE_NAME_ENV,
+    detecting,
+    requested,
+    schedule_directory,
+    schedule_name,
+    scheduled,
+)
 from .syncs import SyncLog
 
 if TYPE_CHECKING:
@@ -58,24 +72,87 @@ def check(
     if syncs is None:
         return
     explain_missing_files(outcomes)
+    unrecorded = {o.rank: o.unrecorded for o in outcomes if o.unrecorded}
     seen = found(syncs, outcomes)
-    if not seen:
+    if not seen and not unrecorded:
         return
-    message = describe(seen)
+    message = describe(seen) if seen else describe_unrecorded(unrecorded)
     if trace is not None:
         message += "\n" + trace.describe()
     failure = aborted or (rank_failure(outcomes) if any(o.raised for o in outcomes) else None)
     if failure is not None:
         message += f"\n(the launch also failed: {type(failure).__name__}: {failure})"
-    raise RaceError(message, seen) from failure
+    if unrecorded and seen:
+        message += "\n" + describe_unrecorded(unrecorded)
+    raise (RaceRecordingError if unrecorded else RaceError)(message, seen) from failure
+
+
+def refused_on_a_pod(asked: str) -> str:
+    """Why race detection or a schedule is refused on a pod of several machines.
+
+    Args:
+        asked: the option refused.
+    """
+    return (
+        f"{asked} is refused on a pod of several machines (--machines): each machine would see "
+        "only its own ranks' file accesses and turns, and report no race between machines; run "
+        "the program on one machine with the same topology (xlasim run --topology ... --races), "
+        'where every host\'s ranks are checked (docs/races.md, "Pods")'
+    )
+
+
+def recorded(scheduler: Scheduler | None) -> Interleaving | None:
+    """The interleaving a launch took under its schedule, written to its file and compared
+    with the one recorded there before (None: the launch followed no schedule).
+
+    Args:
+        scheduler: the launch's scheduler.
+    """
+    if scheduler is None:
+        return None
+    interleaving = Interleaving(scheduler.seed, list(scheduler.decisions))
+    record(interleaving, schedule_directory(), schedule_name())
+    return interleaving
+
+
+def note_interleaving(
+    interleaving: Interleaving | None,
+    outcomes: Sequence[RankOutcome],
+    aborted: BaseException | None,
+) -> None:
+    """Say on a failed launch's errors where its interleaving is and whether it is the
+    recorded one; on a passed launch, only when it is not.
+
+    Args:
+        interleaving: the launch's interleaving (None: no schedule).
+        outcomes: the ranks' outcomes (None for ranks of an aborted launch).
+        aborted: what aborted the launch, if anything did.
+    """
+    if interleaving is None:
+        return
+    note = f"xlasim: schedule {interleaving.seed}: {interleaving.comparison()}"
+    failing = [o for o in outcomes if o is not None and o.raised]
+    for outcome in failing:
+        outcome.error.add_note(note)  # type: ignore[union-attr]
+        outcome.traceback += note + "\n"
+    if aborted is not None and all(aborted is not o.error for o in failing):
+        aborted.add_note(note)
+    if not failing and aborted is None and interleaving.matches_recording() is False:
+        print(note, file=sys.stderr)
 
 
 __all__ = [
     "RACES_ENV",
     "SCHEDULE_ENV",
+    "SCHEDULE_NAME_ENV",
+    "Interleaving",
     "RaceError",
+    "RaceRecordingError",
     "check",
     "detecting",
+    "note_interleaving",
+    "recorded",
+    "refused_on_a_pod",
     "requested",
     "scheduled",
 ]

@@ -2,7 +2,8 @@
 
 Two accesses by different ranks conflict when they touch one path (or one touches a directory
 and the other an entry of it: a listing and a file created in it, a directory made and a file
-written below it) and at least one changes the file system. A conflict is a race when no
+written below it) and at least one changes the file system. Paths are compared after resolving
+symbolic links (`watch` records them so). A conflict is a race when no
 collective orders the two (`clocks.happened_before` either way): on a TPU either may come
 first, so a program that passed here can fail there, after a preemption or on a slow disk.
 
@@ -20,14 +21,22 @@ from dataclasses import dataclass
 
 from .clocks import Clock, happened_before
 
-READ, EXISTS, LIST = "read", "exists", "list"
+READ, EXISTS, LIST, STAT = "read", "exists", "list", "stat"
 WRITE, REMOVE, RENAME_FROM, RENAME_TO = "write", "remove", "rename from", "rename to"
 MKDIR, ENSURE, RMTREE = "mkdir", "makedirs(exist_ok=True)", "rmtree"
+TRUNCATE, CHMOD, CHOWN, UTIME = "truncate", "chmod", "chown", "utime"
+LINK, SYMLINK = "link", "symlink"
 
 #: Operations that change the file system (the others only look).
-CHANGES = frozenset({WRITE, REMOVE, RENAME_FROM, RENAME_TO, MKDIR, ENSURE, RMTREE})
-#: Changes whose effect reaches every path below theirs (a directory made, removed, moved).
-TREE_CHANGES = frozenset({REMOVE, RENAME_FROM, RENAME_TO, MKDIR, ENSURE, RMTREE})
+CHANGES = frozenset(
+    {WRITE, REMOVE, RENAME_FROM, RENAME_TO, MKDIR, ENSURE, RMTREE}
+    | {TRUNCATE, CHMOD, CHOWN, UTIME, LINK, SYMLINK}
+)
+#: Changes that leave a directory's entries as they were (its listing sees nothing of them).
+IN_PLACE = frozenset({TRUNCATE, CHMOD, CHOWN, UTIME})
+#: Changes whose effect reaches every path below theirs (a directory made, removed, moved, or
+#: a link that makes one appear).
+TREE_CHANGES = frozenset({REMOVE, RENAME_FROM, RENAME_TO, MKDIR, ENSURE, RMTREE, SYMLINK})
 
 
 @dataclass(frozen=True)
@@ -45,6 +54,11 @@ class Access:
         on_host: the path as seen from its host's directory (relative when it is below it):
             hosts of a pod do not share files, and a file one host wrote is missing on another
             under that same name.
+        by: who in the rank made it, when not the rank's own thread: a thread it started (made
+            at the rank's position then), a process it forked (a DataLoader worker).
+        detached: made by a process the rank forked: it happened after the rank's `position`
+            synchronisations, but nothing the rank did later waits for it, so no later
+            synchronisation of the rank orders it before another rank's access.
     """
 
     rank: int
@@ -55,9 +69,17 @@ class Access:
     order: int = 0
     host: int = 0
     on_host: str = ""
+    by: str = ""
+    detached: bool = False
+
+    @property
+    def who(self) -> str:
+        """The rank and host, and the thread or process of the rank when not its own."""
+        by = f", {self.by}" if self.by else ""
+        return f"rank {self.rank} (host {self.host}{by})"
 
     def describe(self) -> str:
-        return f"rank {self.rank} (host {self.host}) {self.op} {self.path} at {self.site}"
+        return f"{self.who} {self.op} {self.path} at {self.site}"
 
 
 @dataclass(frozen=True)
@@ -90,8 +112,12 @@ def conflict(one: Access, other: Access) -> bool:
     if one.path == other.path:
         return True
     for listing, change in ((one, other), (other, one)):
-        # every change may add or drop an entry of its directory, which a listing sees
-        if listing.op == LIST and os.path.dirname(change.path) == listing.path:
+        # a change may add or drop an entry of its directory, which a listing sees
+        if (
+            listing.op == LIST
+            and change.op not in IN_PLACE
+            and os.path.dirname(change.path) == listing.path
+        ):
             return True
     for tree, inside in ((one, other), (other, one)):
         if tree.op in TREE_CHANGES and _below(inside.path, tree.path):
@@ -125,6 +151,8 @@ def _clock(access: Access, clocks: Sequence[Sequence[Clock]]) -> Clock:
 
 
 def _ordered(earlier: Access, later: Access, clocks: Sequence[Sequence[Clock]]) -> bool:
+    if earlier.detached:  # a forked process's access: nothing of its rank waits for it
+        return False
     return happened_before(earlier.rank, _clock(earlier, clocks), _clock(later, clocks))
 
 

@@ -1,19 +1,22 @@
-"""Running a launch, a test or a script under N seeded schedules, stopping at the first that
-fails and naming its seed (docs/races.md, "Schedules")."""
+"""Running a launch, a test or a script under N schedules, stopping at the first that fails and
+naming its seed, and counting the distinct interleavings they took (docs/races.md,
+"Schedules")."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .settings import scheduled
+from . import interleavings
+from .settings import schedule_directory, schedule_name, scheduled
 
 if TYPE_CHECKING:
     from ..reports.rank_outcome import RankOutcome
 
-#: The seeds N schedules explore (0 is no schedule at all; `--schedule 0` is a plain run).
+#: The seeds N schedules explore (0 is a schedule like any other; exploration starts at 1).
 FIRST_SEED = 1
 
 
@@ -30,11 +33,30 @@ def replay_note(seed: int, how: str) -> str:
     return f"xlasim: this failed under schedule {seed}; replay exactly that schedule with {how}"
 
 
+@dataclass
+class Coverage:
+    """What N schedules explored: how many ran, and how many distinct interleavings they took
+    (a schedule's interleaving: the decisions of every launch it made, in order)."""
+
+    schedules: int = 0
+    distinct: int = 0
+
+    def describe(self) -> str:
+        return (
+            f"{self.schedules} schedule(s) took {self.distinct} distinct interleaving(s) "
+            "(docs/races.md)"
+        )
+
+
+def _count(taken: list[tuple[str, ...]]) -> Coverage:
+    return Coverage(len(taken), len(set(taken)))
+
+
 def explore(
     run: Callable[[], Sequence[RankOutcome]], count: int, replay: Callable[[int], str]
-) -> tuple[Sequence[RankOutcome], int | None]:
+) -> tuple[Sequence[RankOutcome], int | None, Coverage]:
     """Run `run` under `count` schedules; the outcomes of the first that fails (its errors
-    name the seed) and its seed, else the last outcomes and None.
+    name the seed) and its seed, else the last outcomes and None; and what they covered.
 
     Args:
         run: one launch (or test body on every rank), returning the ranks' outcomes.
@@ -42,21 +64,25 @@ def explore(
         replay: the option that replays a seed (`--xla-schedule=S`), for the note.
     """
     outcomes: Sequence[RankOutcome] = ()
+    taken: list[tuple[str, ...]] = []
     for seed in seeds(count):
         note = replay_note(seed, replay(seed))
+        first = len(interleavings.taken)
         with scheduled(seed):
             try:
                 outcomes = run()
             except BaseException as error:
                 error.add_note(note)
                 raise
+            finally:
+                taken.append(tuple(i.digest() for i in interleavings.taken[first:]))
         failing = [o for o in outcomes if o.raised]
         if failing:
             for outcome in failing:
                 outcome.error.add_note(note)  # type: ignore[union-attr]
                 outcome.traceback += note + "\n"
-            return outcomes, seed
-    return outcomes, None
+            return outcomes, seed, _count(taken)
+    return outcomes, None, _count(taken)
 
 
 def explore_script(argv: Sequence[str], count: int) -> int:
@@ -67,15 +93,28 @@ def explore_script(argv: Sequence[str], count: int) -> int:
         argv: the `xlasim run` arguments without `--schedules`.
         count: how many schedules.
     """
+    taken: list[tuple[str, ...]] = []
+    status = 0
     for seed in seeds(count):
         command = [sys.executable, "-m", "xlasim", "run", "--schedule", str(seed), *argv]
         status = subprocess.call(command)
+        taken.append(_launches_of(seed))
         if status != 0:
             replay = " ".join(["xlasim run --schedule", str(seed), *argv])
             print(
                 f"xlasim: schedule {seed} of {count} failed (exit status {status})", file=sys.stderr
             )
             print(replay_note(seed, f"`{replay}`"), file=sys.stderr)
-            return status
+            break
         print(f"xlasim: schedule {seed} of {count} passed", file=sys.stderr)
-    return 0
+    print(f"xlasim: {_count(taken).describe()}", file=sys.stderr)
+    return status
+
+
+def _launches_of(seed: int) -> tuple[str, ...]:
+    """The digests of the launches a child recorded under `seed` (none when it made none)."""
+    path = interleavings.file_of(schedule_directory(), schedule_name(), seed)
+    if not path.exists():
+        return ()
+    recorded = interleavings.read(path)
+    return tuple(interleavings.digest(keys) for keys in recorded)

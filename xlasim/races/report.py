@@ -19,6 +19,32 @@ class RaceError(XlasimError):
         self.races = list(races)
 
 
+class RaceRecordingError(RaceError):
+    """Detection could not record some accesses, so it could miss a race: the launch fails,
+    naming each rank, operation and cause, rather than pass unchecked."""
+
+
+def describe_unrecorded(unrecorded: dict[int, list[str]]) -> str:
+    """The accesses detection could not record, by rank.
+
+    Args:
+        unrecorded: by rank, each access it could not record (a sentence).
+    """
+    lines = []
+    for rank, sentences in sorted(unrecorded.items()):
+        lines += [f"  rank {rank}: {sentence}" for sentence in sentences[:UNRECORDED_SHOWN]]
+        if len(sentences) > UNRECORDED_SHOWN:
+            lines.append(f"  rank {rank}: and {len(sentences) - UNRECORDED_SHOWN} more")
+    return (
+        "race detection could not record accesses of the ranks, so it could miss races between "
+        "them (please report it with these lines):\n" + "\n".join(lines)
+    )
+
+
+#: Unrecorded accesses a rank's section shows (the rest are counted).
+UNRECORDED_SHOWN = 5
+
+
 def describe(races: Sequence[Race]) -> str:
     """Every race, grouped by the two lines and operations (one section names all the rank
     pairs that raced there).
@@ -36,8 +62,7 @@ def describe(races: Sequence[Race]) -> str:
         lines = [f"race {number}: {_paths(race)} (no collective orders these accesses)"]
         for access in (race.first, race.second):
             lines.append(
-                f"  rank {access.rank} (host {access.host}): {access.op:<{width}} {access.path}"
-                f"\n      at {access.site}"
+                f"  {access.who}: {access.op:<{width}} {access.path}\n      at {access.site}"
             )
         if len(same) > 1:
             firsts = rank_span(sorted({r.first.rank for r in same}))

@@ -10,11 +10,21 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING
 
+from .interleavings import restart
+from .schedule import DEFAULT_DEPTH
+
 if TYPE_CHECKING:
     from ..reports.rank_outcome import Collect
 
 RACES_ENV = "XLASIM_RACES"
 SCHEDULE_ENV = "XLASIM_SCHEDULE"
+#: Where launches under a schedule write their interleavings (default `DEFAULT_DIRECTORY`).
+SCHEDULE_DIR_ENV = "XLASIM_SCHEDULE_DIR"
+#: What the interleavings' files are named after: the test or script (default "launch").
+SCHEDULE_NAME_ENV = "XLASIM_SCHEDULE_NAME"
+#: PCT's depth (docs/races.md; default `schedule.DEFAULT_DEPTH`).
+SCHEDULE_DEPTH_ENV = "XLASIM_SCHEDULE_DEPTH"
+DEFAULT_DIRECTORY = os.path.join(".xlasim", "schedules")
 
 
 def requested(collect: Collect) -> Collect:
@@ -52,6 +62,34 @@ def _set(name: str, value: str | None) -> None:
         os.environ.pop(name, None)
     else:
         os.environ[name] = value
+
+
+def schedule_directory() -> str:
+    """Where this process's launches write their interleavings."""
+    return os.environ.get(SCHEDULE_DIR_ENV) or DEFAULT_DIRECTORY
+
+
+def schedule_name() -> str:
+    """What this process's launches' interleavings are named after."""
+    return os.environ.get(SCHEDULE_NAME_ENV) or "launch"
+
+
+def schedule_depth() -> int:
+    """PCT's depth for this process's launches."""
+    return int(os.environ.get(SCHEDULE_DEPTH_ENV) or DEFAULT_DEPTH)
+
+
+@contextmanager
+def named(name: str) -> Iterator[None]:
+    """Launches inside write their interleavings under `name` (a test, a script, a program),
+    starting its files anew: each launch is compared with the one recorded before.
+
+    Args:
+        name: the test or script.
+    """
+    restart(name)
+    with variable(SCHEDULE_NAME_ENV, name):
+        yield
 
 
 def detecting() -> AbstractContextManager[None]:

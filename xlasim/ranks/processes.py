@@ -122,6 +122,10 @@ class _Links:
         if kind == "receive":
             _, _, channel, call = request
             return shared_payloads.encode(run.receive(rank, channel, call))
+        if kind == "point":
+            _, _, point, detail = request
+            run.point(rank, point, detail)
+            return None
         if kind == "finish":  # the outcome, and its result through shared memory
             _, _, outcome = request
             outcome.result = payload

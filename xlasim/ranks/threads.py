@@ -21,6 +21,7 @@ from ..base.errors import RankAbandoned
 from ..base.topology import Topology
 from ..emulation.rendezvous import Run
 from ..races import watch
+from ..races.scheduler import START
 from ..reports import rank_outcome, xla_counters
 from ..reports.callsite import thread_location, thread_stack
 from ..tpu import compiled_precision
@@ -119,7 +120,11 @@ class RankThread:
         def fresh_start(*args: Any, **kwargs: Any) -> Any:
             generator.reset()
             compiled_precision.forget(self.device)  # a new TPU process has compiled nothing
-            return fn(*args, **kwargs)
+            run.point(self.rank, START)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                watch.stop()
 
         collect = run.collect
         if collect.metrics:
@@ -127,12 +132,11 @@ class RankThread:
                 run, rank_context.RankContext(run, self.rank).addressable_device_count
             )
         host = run.topology.host_of(self.rank)
-        aborted = functools.partial(_aborted, run)
-        with watch.watching(
-            self.rank, run.size, host, collect.races, collect.schedule, aborted
-        ) as log:
+        point = functools.partial(run.point, self.rank) if collect.schedule is not None else None
+        with watch.watching(self.rank, host, collect.races, point) as (log, unrecorded):
             ended = rank_outcome.call(self.rank, run.size, fresh_start, args, kwargs, collect, run)
         ended.accesses = log
+        ended.unrecorded = unrecorded or None
         if collect.metrics:
             ended.metrics = xla_counters.close_window(run)
         return ended
@@ -142,12 +146,6 @@ class RankThread:
 
     def stack(self) -> str:
         return thread_stack(self.thread)
-
-
-def _aborted(run: Any) -> bool:
-    """Whether `run` was aborted (a worker process's run handle does not know: the launching
-    process replaces a worker whose ranks do not unwind)."""
-    return getattr(run, "abort_cause", None) is not None
 
 
 def _flush_std_streams() -> None:

@@ -129,6 +129,12 @@ class RunClient(RunObjects):
         with synchronizing():
             return self._links[rank].call(("receive", self.job, channel, call))
 
+    def point(self, rank: int, point: str, detail: str = "") -> None:
+        """A scheduling point of `rank`: the launching process's scheduler answers when it is
+        the rank's turn (`Run.point`)."""
+        if self.collect.schedule is not None:
+            self._links[rank].call(("point", self.job, point, detail))
+
     def finish(self, outcome: RankOutcome) -> None:
         """Hand the rank's outcome to the parent's run: its result through shared memory, the
         rest pickled with the request."""

@@ -24,6 +24,7 @@ from ..base.errors import (
     DeviceCountError,
     RankFailedError,
     WorldAbortedError,
+    XlasimError,
     launch_inside_rank,
 )
 from ..base.public import public
@@ -114,6 +115,8 @@ class World:
         self.collectives: Counter[str] = Counter()
         #: The last launch as tracing saw it: its files when it was traced (docs/tracing.md).
         self.trace: traces.Launch | None = None
+        #: The interleaving the last launch took, when it followed a schedule (docs/races.md).
+        self.interleaving: races.Interleaving | None = None
 
     @property
     def size(self) -> int:
@@ -198,6 +201,7 @@ class World:
         if rank_context.current() is not None:
             raise launch_inside_rank(rank_context.current().rank)
         collect = races.requested(collect)
+        self._refuse_on_a_pod(collect)
         jobs = [
             (fn, (rank, *args) if pass_rank else tuple(args), kwargs or {}) for rank in range(size)
         ]
@@ -218,10 +222,19 @@ class World:
             finally:
                 self.launches += 1
                 self.collectives.update(run.completed)
+                self.interleaving = races.recorded(run.scheduler)
+                races.note_interleaving(self.interleaving, run.outcomes, run.abort_cause)
             outcomes = self._outcomes(run)
             traced.failed = any(o.raised for o in outcomes)
         races.check(run.syncs, outcomes, rank_failure, trace=traced.files)
         return outcomes
+
+    def _refuse_on_a_pod(self, collect: Collect) -> None:
+        """Races and schedules are refused on a pod's machines before any rank starts: each
+        machine would see its own ranks' accesses and turns only (docs/races.md, "Pods")."""
+        if (collect.races or collect.schedule is not None) and pod.from_environment() is not None:
+            asked = "--schedule/--schedules" if collect.schedule is not None else "--races"
+            raise XlasimError(races.refused_on_a_pod(asked))
 
     def _supervise(self, run: Run, timeout: float) -> None:
         deadline = time.monotonic() + timeout

@@ -23,7 +23,8 @@ _INTERNAL_DIRS = tuple(
 
 
 @functools.lru_cache(maxsize=4096)
-def _is_internal(filename: str) -> bool:
+def is_internal(filename: str) -> bool:
+    """Whether code of `filename` is xlasim's, torch's, torch_xla's or the standard library's."""
     if filename.startswith("<"):
         return True
     absolute = os.path.abspath(filename)
@@ -37,7 +38,7 @@ def _is_internal(filename: str) -> bool:
 def user_frame(frame: FrameType | None = None) -> FrameType | None:
     """The innermost frame that belongs to user code (outside xlasim, torch and torch_xla)."""
     frame = frame or sys._getframe(1)
-    while frame is not None and _is_internal(frame.f_code.co_filename):
+    while frame is not None and is_internal(frame.f_code.co_filename):
         frame = frame.f_back
     return frame
 
@@ -62,7 +63,7 @@ def thread_stack(thread: threading.Thread) -> str:
     if frame is None:
         return "    (thread is not running)\n"
     summary = traceback.extract_stack(frame)
-    user = [entry for entry in summary if not _is_internal(entry.filename)]
+    user = [entry for entry in summary if not is_internal(entry.filename)]
     return "".join(traceback.format_list(user or summary[-3:]))
 
 

@@ -49,7 +49,7 @@ class Collect:
     render: Callable[[BaseException], Any] | None = None
     #: Record the ranks' file accesses and synchronisations (race detection, xlasim.races).
     races: bool = False
-    #: Delay the ranks as this seed's schedule says (xlasim.races.schedule), or not at all.
+    #: Take turns as this seed's schedule decides (xlasim.races.scheduler), or run freely.
     schedule: int | None = None
 
 
@@ -79,6 +79,8 @@ class RankOutcome:
     rendering: Any = None
     #: The rank's file accesses, when its run detects races (`xlasim.races.Access`).
     accesses: list | None = None
+    #: Accesses race detection could not record, each a sentence (the launch then fails).
+    unrecorded: list[str] | None = None
 
     @property
     def released(self) -> bool:
