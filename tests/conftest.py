@@ -8,6 +8,11 @@ from collections.abc import Iterator
 import pytest
 
 import xlasim
+from fixtures.ci import (  # noqa: F401 (CI's checks, fixtures/ci.py: hooks of this conftest)
+    pytest_addoption,
+    pytest_make_collect_report,
+    pytest_sessionfinish,
+)
 from xlasim.base.topology import Topology
 
 CORE_DEVICES = 8

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from fixtures import ci
 from fixtures.namespaces import Machines, unavailable
 
 
@@ -11,9 +12,7 @@ from fixtures.namespaces import Machines, unavailable
 def machines():
     """`machines(count)` makes `count` machines, each in a namespace of its own (skips naming
     why where namespaces cannot be made); all are removed, with their processes, at the end."""
-    reason = unavailable()
-    if reason is not None:
-        pytest.skip(f"pod tests need network namespaces: {reason}")
+    ci.need(unavailable(), "network namespaces (pod tests)")
     made: list[Machines] = []
 
     def make(count: int) -> Machines:

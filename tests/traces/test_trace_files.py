@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from fixtures import race_catalogue, traced_programs
+from fixtures import ci, race_catalogue, traced_programs
 from xlasim.base.errors import CollectiveTimeoutError
 from xlasim.events import model, recorder
 from xlasim.races import RaceError, detecting
@@ -81,7 +81,7 @@ def test_trace_json_names_each_rank_and_holds_every_event(record, mode_world, tm
 def test_trace_json_says_the_same_without_orjson(record, world, tmp_path, monkeypatch):
     """orjson (the `trace` extra) encodes trace.json where it is installed, the standard
     library's json where it is not: the same document either way."""
-    pytest.importorskip("orjson", reason="the `trace` extra")
+    ci.need_module("orjson", "trace")
     directory = recorded_known_program(record, world, tmp_path)
     with_orjson = json.loads((directory / "trace.json").read_text())
     monkeypatch.setitem(sys.modules, "orjson", None)  # `import orjson` raises ImportError
@@ -91,7 +91,7 @@ def test_trace_json_says_the_same_without_orjson(record, world, tmp_path, monkey
 
 def test_a_reader_not_ours_finds_every_rank_and_collective(record, world, tmp_path):
     """Holistic Trace Analysis (the PyTorch profiler's trace analyser) parses trace.json."""
-    parser = pytest.importorskip("hta.common.trace_parser", reason="the `trace` extra")
+    parser = ci.need_module("hta.common.trace_parser", "trace")
     from hta.configs.parser_config import ParserConfig
 
     directory = recorded_known_program(record, world, tmp_path)
