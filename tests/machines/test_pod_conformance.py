@@ -7,8 +7,9 @@ every machine, prints what the same slice prints on one machine, and every machi
 launches and collectives one machine counts (each machine's run report, `XLASIM_RUN_REPORT`):
 the collectives really met across machines.
 
-torch_xla's own scripts, unmodified, stay a developer's command (docs/pods.md, "Tested").
-Needs namespaces (fails under CI without them). Slow: a few minutes (`-m slow`, CI step
+torch_xla's own scripts, unmodified, run in our script's place as a developer's command
+(docs/pods.md, "Tested"): `POD_SCRIPTS="/path/to/xla/test/test_mp_all_gather.py ..." pytest
+tests/machines/test_pod_conformance.py -m slow`. Needs namespaces (fails under CI without them). Slow: a few minutes (`-m slow`, CI step
 "pods, mp collectives").
 """
 
@@ -26,7 +27,9 @@ from fixtures.pod_runs import XLASIM, pod_options, start_here
 
 pytestmark = pytest.mark.slow
 
-SCRIPT = Path(__file__).parent / "scripts" / "mp_collectives.py"
+OURS = Path(__file__).parent / "scripts" / "mp_collectives.py"
+#: What runs on the pod: our script, or the scripts a developer names (torch_xla's own).
+SCRIPTS = [Path(path) for path in os.environ.get("POD_SCRIPTS", "").split()] or [OURS]
 FAMILIES = [
     "all_gather",
     "all_to_all",
@@ -56,9 +59,10 @@ def _finish(process: subprocess.Popen, output: Path) -> dict:
     return json.loads(Path(f"{output}.json").read_text())
 
 
-def test_mp_collectives_on_four_machines_as_on_one(pod, tmp_path):
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda path: path.stem)
+def test_mp_collectives_on_four_machines_as_on_one(pod, tmp_path, script):
     one = start_here(
-        [*XLASIM, *SLICE, str(SCRIPT)],
+        [*XLASIM, *SLICE, str(script)],
         tmp_path / "one",
         XLASIM_RUN_REPORT=str(tmp_path / "one.json"),
     )
@@ -66,7 +70,7 @@ def test_mp_collectives_on_four_machines_as_on_one(pod, tmp_path):
     machines = [
         pod.start(
             rank,
-            [*XLASIM, *SLICE, *pod_options(pod, rank, MACHINES, PORT, token), str(SCRIPT)],
+            [*XLASIM, *SLICE, *pod_options(pod, rank, MACHINES, PORT, token), str(script)],
             tmp_path / f"m{rank}",
             XLASIM_RUN_REPORT=str(tmp_path / f"m{rank}.json"),
         )
@@ -74,7 +78,7 @@ def test_mp_collectives_on_four_machines_as_on_one(pod, tmp_path):
     ]
     reports = [_finish(process, tmp_path / f"m{rank}") for rank, process in enumerate(machines)]
     reference = _finish(one, tmp_path / "one")
-    assert reference["launches"] == len(FAMILIES), reference
+    assert reference["launches"] >= 1 and sum(reference["collectives"].values()) >= 1
     for report in reports:
         assert (report["launches"], report["collectives"]) == (
             reference["launches"],
@@ -87,6 +91,9 @@ def test_mp_collectives_on_four_machines_as_on_one(pod, tmp_path):
     )
     expected = sorted((tmp_path / "one.out").read_text().splitlines())
     assert printed == expected
+    if script != OURS:
+        return
+    assert reference["launches"] == len(FAMILIES), reference
     # Every rank checked and printed each family's results (the script raises on a wrong one).
     for family in FAMILIES:
         ranks = {line.split(":")[0] for line in expected if f": {family}/" in line}
