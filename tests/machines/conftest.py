@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from fixtures import ci
-from fixtures.namespaces import Machines, unavailable
+from fixtures.namespaces import Machines, require
 
 
 @pytest.fixture
 def machines():
     """`machines(count)` makes `count` machines, each in a namespace of its own (skips naming
-    why where namespaces cannot be made); all are removed, with their processes, at the end."""
-    ci.need(unavailable(), "network namespaces (pod tests)")
+    why where namespaces cannot be made, fails so in CI); all are removed, with their
+    processes, at the end."""
+    require()
     made: list[Machines] = []
 
     def make(count: int) -> Machines:

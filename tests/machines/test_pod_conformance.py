@@ -1,10 +1,16 @@
-"""torch_xla v2.9.0's mp collective scripts, unmodified, on a pod of 8 emulated hosts (a chip
-each) spread over 4 machines in network namespaces: each passes on every machine, prints what
-the same slice prints on one machine, and every machine counts the collectives one machine
-counts (each machine's run report, `XLASIM_RUN_REPORT`): the scripts really met across machines.
+"""torch_xla's cross-replica collectives, as its mp scripts exercise them, on a pod of 8
+emulated hosts (a chip each) spread over 4 machines in network namespaces: our own
+`scripts/mp_collectives.py` (one launch per family of torch_xla v2.9.0's `test/test_mp_*.py`
+collective scripts: all_gather, all_to_all, collective_permute, mesh_reduce, reduce_scatter,
+replication, collective_matmul; written here, every rank checking its own results) passes on
+every machine, prints what the same slice prints on one machine, and every machine counts the
+launches and collectives one machine counts (each machine's run report, `XLASIM_RUN_REPORT`):
+the collectives really met across machines.
 
-Needs the torch_xla v2.9.0 checkout (`XLA_TEST_DIR`, default /work/upstream/xla-v2.9.0/test;
-skips naming it otherwise) and namespaces. Slow: minutes (`-m slow`, CI step "pods, torch_xla").
+torch_xla's own scripts, unmodified, run in our script's place as a developer's command
+(docs/pods.md, "Tested"): `POD_SCRIPTS="/path/to/xla/test/test_mp_all_gather.py ..." pytest
+tests/machines/test_pod_conformance.py -m slow`. Needs namespaces (fails under CI without them). Slow: a few minutes (`-m slow`, CI step
+"pods, mp collectives").
 """
 
 from __future__ import annotations
@@ -12,24 +18,26 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from fixtures.namespaces import Machines, unavailable, wait_succeeded
+from fixtures.namespaces import Machines, require, wait_succeeded
+from fixtures.pod_runs import XLASIM, pod_options, start_here
 
 pytestmark = pytest.mark.slow
 
-TEST_DIR = Path(os.environ.get("XLA_TEST_DIR", "/work/upstream/xla-v2.9.0/test"))
-SCRIPTS = [
-    "test_mp_all_gather.py",
-    "test_mp_all_to_all.py",
-    "test_mp_collective_permute.py",
-    "test_mp_mesh_reduce.py",
-    "test_mp_reduce_scatter.py",
-    "test_mp_replication.py",
-    "test_mp_collective_matmul.py",
+OURS = Path(__file__).parent / "scripts" / "mp_collectives.py"
+#: What runs on the pod: our script, or the scripts a developer names (torch_xla's own).
+SCRIPTS = [Path(path) for path in os.environ.get("POD_SCRIPTS", "").split()] or [OURS]
+FAMILIES = [
+    "all_gather",
+    "all_to_all",
+    "collective_permute",
+    "mesh_reduce",
+    "reduce_scatter",
+    "replication",
+    "collective_matmul",
 ]
 MACHINES = 4
 #: 8 hosts of one chip each (a process per chip): 2 hosts on each of the 4 machines.
@@ -40,11 +48,7 @@ BOUND_S = 900
 
 @pytest.fixture(scope="module")
 def pod():
-    if not TEST_DIR.is_dir():
-        pytest.skip(f"no torch_xla v2.9.0 test directory at {TEST_DIR} (set XLA_TEST_DIR)")
-    reason = unavailable()
-    if reason is not None:
-        pytest.skip(f"pod tests need network namespaces: {reason}")
+    require()
     machines = Machines(MACHINES)
     yield machines
     machines.close()
@@ -55,28 +59,18 @@ def _finish(process: subprocess.Popen, output: Path) -> dict:
     return json.loads(Path(f"{output}.json").read_text())
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
-def test_torch_xla_script_on_four_machines_as_on_one(pod, script, tmp_path):
-    path = str(TEST_DIR / script)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("XLASIM_", "PYTEST_"))}
-    env.pop("CPU_NUM_DEVICES", None)
-    with open(tmp_path / "one.out", "w") as out, open(tmp_path / "one.err", "w") as err:
-        one = subprocess.Popen(
-            [sys.executable, "-m", "xlasim", "run", *SLICE, path],
-            cwd=tmp_path,
-            env={**env, "XLASIM_RUN_REPORT": str(tmp_path / "one.json")},
-            stdout=out,
-            stderr=err,
-        )
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda path: path.stem)
+def test_mp_collectives_on_four_machines_as_on_one(pod, tmp_path, script):
+    one = start_here(
+        [*XLASIM, *SLICE, str(script)],
+        tmp_path / "one",
+        XLASIM_RUN_REPORT=str(tmp_path / "one.json"),
+    )
     token = os.urandom(16).hex()
     machines = [
         pod.start(
             rank,
-            [
-                *[sys.executable, "-m", "xlasim", "run", *SLICE],
-                *["--machines", str(MACHINES), "--machine-rank", str(rank)],
-                *["--rendezvous", f"{pod.address(0)}:{PORT}", "--token", token, path],
-            ],
+            [*XLASIM, *SLICE, *pod_options(pod, rank, MACHINES, PORT, token), str(script)],
             tmp_path / f"m{rank}",
             XLASIM_RUN_REPORT=str(tmp_path / f"m{rank}.json"),
         )
@@ -95,4 +89,12 @@ def test_torch_xla_script_on_four_machines_as_on_one(pod, script, tmp_path):
         for rank in range(MACHINES)
         for line in (tmp_path / f"m{rank}.out").read_text().splitlines()
     )
-    assert printed == sorted((tmp_path / "one.out").read_text().splitlines())
+    expected = sorted((tmp_path / "one.out").read_text().splitlines())
+    assert printed == expected
+    if script != OURS:
+        return
+    assert reference["launches"] == len(FAMILIES), reference
+    # Every rank checked and printed each family's results (the script raises on a wrong one).
+    for family in FAMILIES:
+        ranks = {line.split(":")[0] for line in expected if f": {family}/" in line}
+        assert ranks == {f"rank {r}" for r in range(8)}, (family, ranks)

@@ -10,6 +10,7 @@ training strategies (see docs/known-bugs.md), the rest classic slips in collecti
 from __future__ import annotations
 
 from events_mutants import EVENTS_MUTANTS
+from machines_mutants import MACHINES_MUTANTS
 from mutant import Edit, Mutant, MutantDoesNotApply, mutant
 from tpu_mutants import TPU_MUTANTS
 from traces_mutants import TRACES_MUTANTS
@@ -460,4 +461,4 @@ SPMD_MUTANTS = (
         "        return unflatten_state_dict(template, metadata.planner_data)",
     ),
 )
-MUTANTS = MUTANTS + SPMD_MUTANTS + TPU_MUTANTS + TRACES_MUTANTS + EVENTS_MUTANTS
+MUTANTS = MUTANTS + SPMD_MUTANTS + TPU_MUTANTS + TRACES_MUTANTS + EVENTS_MUTANTS + MACHINES_MUTANTS

@@ -5,14 +5,15 @@ server would listen on every interface, so it is handed a bound socket). The tok
 crosses the network: machine 0 publishes a random challenge and its own proof (an HMAC of the
 challenge under the token); a joining machine takes a ticket, publishes the proof of its ticket
 and machine rank, and checks machine 0's proof. Machine 0 seats each machine rank once, refuses
-a wrong proof (on stderr, and the joiner is told why) and, once every seat is taken, publishes
-the session under which the machines form one gloo process group, each bound to its own
-address. Everything read from the store is short text; nothing is unpickled.
+a wrong proof (on stderr, and the joiner is told why) and, once every seat is taken, says so;
+the machines then form one gloo process group, each bound to its own address. Verdicts, the
+seating and the group's registrations are keys of the pod's space (`keys.py`), which only
+holders of the token can name. Everything read from the store is short text; nothing is
+unpickled.
 """
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import os
 import socket
@@ -26,12 +27,9 @@ from datetime import timedelta
 import torch.distributed as dist
 
 from ..base.errors import PodJoinError
+from .keys import CHALLENGE_KEY, HOST_PROOF_KEY, TICKETS_KEY, PodKeys, claim_key, proof
 from .settings import PodSettings
 
-CHALLENGE_KEY = "pod/challenge"
-HOST_PROOF_KEY = "pod/host-proof"
-TICKETS_KEY = "pod/tickets"
-SESSION_KEY = "pod/session"
 ACCEPTED = "accepted"
 #: How often machine 0 looks for new tickets while machines join.
 POLL_S = 0.05
@@ -44,14 +42,8 @@ class Joined:
     settings: PodSettings
     store: dist.TCPStore
     group: dist.ProcessGroupGloo
-    session: str
-
-
-def proof(token: str, challenge: str, what: str) -> str:
-    """What a machine shows for `what` (a ticket and rank, or machine 0's "host"): the token's
-    HMAC of the challenge, which tells nothing about the token."""
-    message = f"{challenge}/{what}".encode()
-    return hmac.new(token.encode(), message, hashlib.sha256).hexdigest()
+    #: The keys of the pod's members in `store`.
+    keys: PodKeys
 
 
 def join(settings: PodSettings, collective_timeout: float) -> Joined:
@@ -67,16 +59,16 @@ def join(settings: PodSettings, collective_timeout: float) -> Joined:
         challenge = os.urandom(16).hex()
         store.set(CHALLENGE_KEY, challenge)
         store.set(HOST_PROOF_KEY, proof(settings.token, challenge, "host"))
-        session = os.urandom(8).hex()
-        _seat_machines(store, settings, challenge)
-        store.set(SESSION_KEY, session)
+        keys = PodKeys.of(settings.token, challenge)
+        _seat_machines(store, settings, challenge, keys)
+        store.set(keys.seated, ACCEPTED)
     else:
         store = _connect(settings)
-        session = _ask_to_join(store, settings)
+        keys = _ask_to_join(store, settings)
     options = dist.ProcessGroupGloo._Options()
     options._devices = [dist.ProcessGroupGloo.create_device(hostname=settings.address)]
     options._timeout = timedelta(seconds=max(collective_timeout, 1.0))
-    prefixed = dist.PrefixStore(f"pod/gloo/{session}", store)
+    prefixed = dist.PrefixStore(keys.gloo, store)
     try:
         with _stdout_to_stderr():  # gloo prints its connection line on stdout, the script's
             group = dist.ProcessGroupGloo(
@@ -87,7 +79,7 @@ def join(settings: PodSettings, collective_timeout: float) -> Joined:
             f"machine {settings.machine_rank} could not connect to the pod's other machines "
             f"from {settings.address}: {error}"
         ) from None
-    return Joined(settings, store, group, session)
+    return Joined(settings, store, group, keys)
 
 
 @contextmanager
@@ -140,15 +132,15 @@ def _connect(settings: PodSettings) -> dist.TCPStore:
         ) from None
 
 
-def _ask_to_join(store: dist.TCPStore, settings: PodSettings) -> str:
+def _ask_to_join(store: dist.TCPStore, settings: PodSettings) -> PodKeys:
     """A joiner's side: its proof under a ticket of its own, machine 0's proof checked, the
-    verdict awaited (the store's own timeout bounds each wait)."""
+    verdict and the seating awaited (the store's own timeout bounds each wait)."""
     rank = settings.machine_rank
     try:
         challenge = store.get(CHALLENGE_KEY).decode()
         ticket = store.add(TICKETS_KEY, 1)
         store.set(
-            f"pod/ticket/{ticket}", f"{rank}:{proof(settings.token, challenge, f'{ticket}:{rank}')}"
+            claim_key(ticket), f"{rank}:{proof(settings.token, challenge, f'{ticket}:{rank}')}"
         )
         host_proof = store.get(HOST_PROOF_KEY).decode()
         if not hmac.compare_digest(host_proof, proof(settings.token, challenge, "host")):
@@ -156,10 +148,12 @@ def _ask_to_join(store: dist.TCPStore, settings: PodSettings) -> str:
                 f"the rendezvous at {settings.host}:{settings.port} does not know this pod's "
                 "token (machine 0 was started with another --token, or it is another pod)"
             )
-        verdict = store.get(f"pod/verdict/{ticket}").decode()
+        keys = PodKeys.of(settings.token, challenge)
+        verdict = store.get(keys.verdict(ticket)).decode(errors="replace")
         if verdict != ACCEPTED:
             raise PodJoinError(f"machine 0 refused machine {rank}: {verdict}")
-        return store.get(SESSION_KEY).decode()
+        store.get(keys.seated)
+        return keys
     except PodJoinError:
         raise
     except RuntimeError as error:  # the store's timeout, or machine 0 gone
@@ -169,7 +163,9 @@ def _ask_to_join(store: dist.TCPStore, settings: PodSettings) -> str:
         ) from None
 
 
-def _seat_machines(store: dist.TCPStore, settings: PodSettings, challenge: str) -> None:
+def _seat_machines(
+    store: dist.TCPStore, settings: PodSettings, challenge: str, keys: PodKeys
+) -> None:
     """Machine 0's side: judge every ticket until each machine rank holds a seat, within the
     join bound; refusals are printed and the joiner told why."""
     seats: dict[int, int] = {}
@@ -185,14 +181,14 @@ def _seat_machines(store: dist.TCPStore, settings: PodSettings, challenge: str) 
             )
         taken = store.add(TICKETS_KEY, 0)
         while judged < taken:
-            key = f"pod/ticket/{judged + 1}"
+            key = claim_key(judged + 1)
             if not store.check([key]):
                 break  # taken but not yet written: next round
             judged += 1
             verdict = _judge(
                 store.get(key).decode(errors="replace"), judged, seats, settings, challenge
             )
-            store.set(f"pod/verdict/{judged}", verdict)
+            store.set(keys.verdict(judged), verdict)
             if verdict != ACCEPTED:
                 print(f"xlasim: pod: refused join ticket {judged}: {verdict}", file=sys.stderr)
         time.sleep(POLL_S)

@@ -36,6 +36,11 @@ POLL_S = 0.05
 GLOO_MARGIN_S = 5.0
 
 
+def header(check: int, length: int) -> torch.Tensor:
+    """What goes before a message's bytes: the check of its collective's key, and its length."""
+    return torch.tensor([check, length], dtype=torch.int64)
+
+
 class _PeerFailed(Exception):
     def __init__(self, machine: int, cause: BaseException):
         super().__init__(str(cause))
@@ -50,6 +55,7 @@ class PodLink:
         self.settings = joined.settings
         self.topology = topology
         self.timeout = collective_timeout
+        self.keys = joined.keys
         self._store = joined.store
         self._group = joined.group
         #: Machines found gone (links broken, or silent past the bound): not waited for again.
@@ -120,26 +126,24 @@ class PodLink:
         digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
         tag = int.from_bytes(digest[:4], "big") & 0x3FFFFFFE  # even: the body's tag is tag + 1
         check = int.from_bytes(digest, "big", signed=True)
-        header = torch.tensor([check, len(message)], dtype=torch.int64)
+        mine = header(check, len(message))
         body = torch.frombuffer(bytearray(message), dtype=torch.uint8)
         # gloo's own bound only backs up `exchange`'s deadline, which names a silent machine.
         bound = timedelta(seconds=seconds + GLOO_MARGIN_S)
         sends = []
         for peer in peers:
-            sends.append((peer, self._group.send([header], peer, tag)))
+            sends.append((peer, self._group.send([mine], peer, tag)))
             sends.append((peer, self._group.send([body], peer, tag + 1)))
         received = {}
         for peer in peers:
             progress["waiting"] = peer
-            try:
-                theirs = torch.empty(2, dtype=torch.int64)
-                self._group.recv([theirs], peer, tag).wait(bound)
-                if int(theirs[0]) != check:
-                    raise XlasimError(f"it sent another collective's header (not {key})")
-                raw = torch.empty(int(theirs[1]), dtype=torch.uint8)
-                self._group.recv([raw], peer, tag + 1).wait(bound)
-            except RuntimeError as error:
-                raise _PeerFailed(peer, error) from None
+            theirs = torch.empty(2, dtype=torch.int64)
+            self._receive(theirs, peer, tag, bound)
+            if int(theirs[0]) != check:
+                error = XlasimError(f"it sent another collective's header (not {key})")
+                raise _PeerFailed(peer, error)
+            raw = torch.empty(self._length(peer, int(theirs[1])), dtype=torch.uint8)
+            self._receive(raw, peer, tag + 1, bound)
             received[peer] = raw.numpy().tobytes()
         for peer, send in sends:
             try:
@@ -147,6 +151,24 @@ class PodLink:
             except RuntimeError as error:
                 raise _PeerFailed(peer, error) from None
         return received
+
+    def _receive(self, tensor: torch.Tensor, peer: int, tag: int, bound: timedelta) -> None:
+        try:
+            self._group.recv([tensor], peer, tag).wait(bound)
+        except RuntimeError as error:
+            raise _PeerFailed(peer, error) from None
+
+    def _length(self, peer: int, declared: int) -> int:
+        """The length `peer` declared for its message, checked before anything is allocated
+        for it: a negative one, or one longer than this machine takes, is refused."""
+        limit = self.settings.message_limit
+        if not 0 <= declared <= limit:
+            raise XlasimError(
+                f"{self.describe(peer)} declared a message of {declared} bytes: refused before "
+                f"anything was allocated for it (a machine takes 0 to {limit} bytes from "
+                "another: XLASIM_POD_MESSAGE_LIMIT)"
+            )
+        return declared
 
     # ------------------------------------------------------------- messages through the store
 
@@ -207,7 +229,7 @@ class PodLink:
         """Tell the other machines this machine's share of launch `launch` failed, and why."""
         # When the rendezvous is gone, the others see this machine's links break instead.
         with suppress(RuntimeError):
-            self._store.set(self._failure_key(launch, self.settings.machine_rank), text)
+            self._store.set(self.keys.failure(launch, self.settings.machine_rank), text)
 
     def failures(self, launch: int) -> dict[int, str]:
         """What other machines published about their failures in launch `launch`."""
@@ -215,7 +237,7 @@ class PodLink:
         for machine in range(self.settings.machines):
             if machine == self.settings.machine_rank:
                 continue
-            key = self._failure_key(launch, machine)
+            key = self.keys.failure(launch, machine)
             try:
                 if self._store.check([key]):
                     found[machine] = self._store.get(key).decode(errors="replace")
@@ -236,16 +258,14 @@ class PodLink:
         said so (bounded), since the others' last notices go through it."""
         me = self.settings.machine_rank
         try:
-            self._store.set(f"pod/left/{me}", "1")
+            self._store.set(self.keys.left(me), "1")
             if me == 0:
                 others = [
-                    f"pod/left/{m}" for m in range(1, self.settings.machines) if m not in self.lost
+                    self.keys.left(m)
+                    for m in range(1, self.settings.machines)
+                    if m not in self.lost
                 ]
                 if others:
                     self._store.wait(others, timedelta(seconds=LEAVE_TIMEOUT_S))
         except RuntimeError:
             pass  # a machine that never leaves cleanly was reported during the run
-
-    @staticmethod
-    def _failure_key(launch: int, machine: int) -> str:
-        return f"launch/{launch}/failed/{machine}"

@@ -114,7 +114,7 @@ class Meetings:
         return dataclasses.replace(sent_by, machine=machine), payload[0]
 
     def _mailbox(self, channel: Any) -> str:
-        return f"launch/{self.launch}/mailbox/{channel!r}"
+        return self.link.keys.mailbox(self.launch, repr(channel))
 
     @staticmethod
     def _check_calls(run: Any, participants: tuple[int, ...], everyone: dict) -> None:

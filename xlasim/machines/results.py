@@ -100,11 +100,11 @@ class _Reader:
         if kind == "scalar" and isinstance(content, _SCALARS):
             return content
         if kind == "tensor":
-            return wire.tensor_from(self._take(int(content["bytes"])), content)
+            return wire.tensor_from(self._take(content["bytes"]), content)
         if kind == "array":
             return self.value(rank, content).numpy()
         if kind == "bytes":
-            return bytes(self._take(int(content)))
+            return bytes(self._take(content))
         if kind in ("list", "tuple"):
             items = [self.value(rank, item) for item in content]
             return items if kind == "list" else tuple(items)
@@ -114,9 +114,6 @@ class _Reader:
             return UnsentResult(rank, str(content), self.machine)
         raise ValueError(f"an unknown node {kind!r}")
 
-    def _take(self, count: int) -> memoryview:
-        if count < 0 or self.offset + count > len(self.view):
-            raise ValueError("a buffer past the message's end")
-        taken = self.view[self.offset : self.offset + count]
-        self.offset += count
+    def _take(self, count: Any) -> memoryview:
+        taken, self.offset = wire.take(self.view, self.offset, count)
         return taken

@@ -13,7 +13,7 @@ import os
 import secrets
 import socket
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..base import emulated_slice
 from ..base.errors import PodJoinError
@@ -25,8 +25,15 @@ RENDEZVOUS_ENV = "XLASIM_RENDEZVOUS"
 TOKEN_ENV = "XLASIM_POD_TOKEN"
 ADDRESS_ENV = "XLASIM_MACHINE_ADDRESS"
 JOIN_TIMEOUT_ENV = "XLASIM_POD_JOIN_TIMEOUT"
+MESSAGE_LIMIT_ENV = "XLASIM_POD_MESSAGE_LIMIT"
 #: How long machine 0 waits for the others, and a machine for machine 0, unless told.
 DEFAULT_JOIN_TIMEOUT_S = 300.0
+
+
+def physical_memory() -> int:
+    """This machine's memory in bytes: no message longer than that can be held, so none is
+    taken (the default of `XLASIM_POD_MESSAGE_LIMIT`)."""
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
 @dataclass(frozen=True)
@@ -42,6 +49,9 @@ class PodSettings:
     #: The address this machine's listeners bind and its peers reach it at.
     address: str
     join_timeout: float = DEFAULT_JOIN_TIMEOUT_S
+    #: The longest message this machine takes from another (bytes): a longer declared length
+    #: is refused before anything is allocated for it.
+    message_limit: int = field(default_factory=physical_memory)
 
     def hosts_of(self, topology: Topology, machine: int) -> range:
         """The emulated hosts `machine` holds: an equal, contiguous share of the slice's."""
@@ -103,7 +113,8 @@ def from_environment() -> PodSettings | None:
         )
     address = os.environ.get(ADDRESS_ENV) or route_to(host)
     timeout = float(os.environ.get(JOIN_TIMEOUT_ENV, DEFAULT_JOIN_TIMEOUT_S))
-    return PodSettings(machines, machine_rank, host, port, token, address, timeout)
+    limit = int(os.environ.get(MESSAGE_LIMIT_ENV) or physical_memory())
+    return PodSettings(machines, machine_rank, host, port, token, address, timeout, limit)
 
 
 def export(

@@ -11,6 +11,7 @@ tensors from a dtype named in a fixed table, so a peer can send wrong numbers bu
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,7 +100,25 @@ def unframe(message: bytes) -> tuple[Any, memoryview, int]:
     """A message's JSON header, a view of the message, and the offset of its first buffer
     (raises ValueError, as `json` does, on a malformed one)."""
     length = int.from_bytes(message[:_LENGTH], "big")
+    if len(message) < _LENGTH or length > len(message) - _LENGTH:
+        raise ValueError(f"a header of {length} bytes in a message of {len(message)}")
     return json.loads(message[_LENGTH : _LENGTH + length]), memoryview(message), _LENGTH + length
+
+
+def take(view: memoryview, offset: int, count: Any) -> tuple[memoryview, int]:
+    """The `count` bytes of a message (`view`) at `offset`, and the offset after them; a count
+    the header gives that is not a length within the message raises ValueError.
+
+    Args:
+        view: the whole message.
+        offset: where the buffer starts.
+        count: its length, as the sender's header gives it.
+    """
+    if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+        raise ValueError(f"a buffer of {count!r} bytes")
+    if offset + count > len(view):
+        raise ValueError(f"a buffer of {count} bytes past the message's end ({len(view)} bytes)")
+    return view[offset : offset + count], offset + count
 
 
 def decode(message: bytes, machine: int) -> dict[int, tuple[MachineCall, Any]]:
@@ -111,13 +130,13 @@ def decode(message: bytes, machine: int) -> dict[int, tuple[MachineCall, Any]]:
         for entry in entries:
             call = MachineCall(entry["op"], entry["signature"], entry["location"], machine)
             if "bytes" in entry:
-                payload: Any = bytes(view[offset : offset + entry["bytes"]])
-                offset += entry["bytes"]
+                raw, offset = take(view, offset, entry["bytes"])
+                payload: Any = bytes(raw)
             else:
                 payload = []
                 for layout in entry["tensors"]:
-                    payload.append(tensor_from(view[offset : offset + layout["bytes"]], layout))
-                    offset += layout["bytes"]
+                    raw, offset = take(view, offset, layout["bytes"])
+                    payload.append(tensor_from(raw, layout))
             arrivals[int(entry["rank"])] = (call, payload)
         if offset != len(message):
             raise ValueError(f"{len(message) - offset} bytes left over")
@@ -144,9 +163,17 @@ def tensor_bytes(tensor: torch.Tensor) -> bytes:
 
 def tensor_from(raw: memoryview, layout: dict[str, Any]) -> torch.Tensor:
     """The tensor of `layout` (`tensor_layout`) over a copy of `raw`; the dtype comes from the
-    fixed table, so a peer's header can name nothing else."""
+    fixed table, so a peer's header can name nothing else, and the shape must hold exactly the
+    bytes given (a shape alone never allocates: raises ValueError otherwise)."""
     dtype = DTYPES[layout["dtype"]]
-    shape = [int(size) for size in layout["shape"]]
+    shape = layout["shape"]
+    if not isinstance(shape, list) or not all(
+        isinstance(size, int) and not isinstance(size, bool) and size >= 0 for size in shape
+    ):
+        raise ValueError(f"a tensor of shape {shape!r}")
+    needed = math.prod(shape) * dtype.itemsize
+    if needed != raw.nbytes:
+        raise ValueError(f"a {dtype} tensor of shape {shape} in {raw.nbytes} bytes, not {needed}")
     if not raw.nbytes:
         return torch.empty(shape, dtype=dtype)
     flat = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
