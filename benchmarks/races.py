@@ -11,7 +11,9 @@ Both in the default mode (isolated: one worker process per core). Every run must
 
 from __future__ import annotations
 
+import os
 import re
+import tempfile
 
 from processes import Finished, run_bounded
 from pytest_runs import REPO, SUITE_TIMEOUT_S, pytest_command, summary_line
@@ -50,9 +52,13 @@ def detection() -> dict:
     }
 
 
-def _call_seconds(options: tuple[str, ...]) -> float:
+def _call_seconds(options: tuple[str, ...], schedules: str) -> float:
     command = pytest_command(MODE, "--durations=0", "-vv", *options, EXPLORED_TEST)
-    finished = _passed(run_bounded(command, EXPLORATION_TIMEOUT_S, cwd=REPO), EXPLORED_TEST)
+    # the scheduled run's interleavings go to a directory of the benchmark's (docs/races.md)
+    env = {**os.environ, "XLASIM_SCHEDULE_DIR": schedules}
+    finished = _passed(
+        run_bounded(command, EXPLORATION_TIMEOUT_S, cwd=REPO, env=env), EXPLORED_TEST
+    )
     found = re.search(r"^([\d.]+)s call\s+" + re.escape(EXPLORED_TEST), finished.stdout, re.M)
     if found is None:
         raise RuntimeError(f"no call duration for {EXPLORED_TEST} in: {finished.stdout[-2000:]}")
@@ -62,9 +68,10 @@ def _call_seconds(options: tuple[str, ...]) -> float:
 def exploration(rounds: int) -> dict:
     """One schedule of an 8-rank test against one plain run, best of `rounds` each."""
     plain, scheduled = [], []
-    for _ in range(rounds):
-        plain.append(_call_seconds(()))
-        scheduled.append(_call_seconds(("--xla-schedules=1",)))
+    with tempfile.TemporaryDirectory() as schedules:
+        for _ in range(rounds):
+            plain.append(_call_seconds((), schedules))
+            scheduled.append(_call_seconds(("--xla-schedules=1",), schedules))
     return {
         "op": "races_schedule",
         "mode": MODE,
@@ -73,6 +80,7 @@ def exploration(rounds: int) -> dict:
         "plain_s": min(plain),
         "scheduled_over_plain": min(scheduled) / min(plain),
         "test": EXPLORED_TEST,
+        "load": os.getloadavg(),
     }
 
 
@@ -84,7 +92,8 @@ def detection_line(r: dict) -> str:
 
 
 def schedule_line(r: dict) -> str:
+    load = ", load {:.1f} {:.1f} {:.1f}".format(*r["load"]) if "load" in r else ""
     return (
         f"one schedule of {r['test'].split('::')[-1]} (8 ranks): call {r['xlasim_s']:.2f} s, "
-        f"plain {r['plain_s']:.2f} s ({r['scheduled_over_plain']:.2f}x)"
+        f"plain {r['plain_s']:.2f} s ({r['scheduled_over_plain']:.2f}x{load})"
     )
