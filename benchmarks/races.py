@@ -49,6 +49,7 @@ def detection() -> dict:
         "off_s": runs["off"].seconds,
         "on_over_off": runs["on"].seconds / runs["off"].seconds,
         "summary": summary_line(runs["on"]),
+        "load": os.getloadavg(),
     }
 
 
@@ -84,15 +85,20 @@ def exploration(rounds: int) -> dict:
     }
 
 
+def _load(r: dict) -> str:
+    """The load average as the record ended (records made before it was kept have none)."""
+    return ", load {:.1f} {:.1f} {:.1f}".format(*r["load"]) if "load" in r else ""
+
+
 def detection_line(r: dict) -> str:
     return (
         f"race detection, pytest tests/properties: {r['xlasim_s']:.1f} s with --xla-races, "
-        f"{r['off_s']:.1f} s without ({r['on_over_off']:.2f}x; {r['summary']})"
+        f"{r['off_s']:.1f} s without ({r['on_over_off']:.2f}x{_load(r)}; {r['summary']})"
     )
 
 
 def schedule_line(r: dict) -> str:
-    load = ", load {:.1f} {:.1f} {:.1f}".format(*r["load"]) if "load" in r else ""
+    load = _load(r)
     return (
         f"one schedule of {r['test'].split('::')[-1]} (8 ranks): call {r['xlasim_s']:.2f} s, "
         f"plain {r['plain_s']:.2f} s ({r['scheduled_over_plain']:.2f}x{load})"
