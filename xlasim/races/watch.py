@@ -229,7 +229,8 @@ def _access(watched: _Watched, op: str, path: Any, link: bool, dir_fd: int | Non
         path = os.fsdecode(path)
         if "\0" in path:
             return None  # the call itself refuses it
-        if dir_fd is not None and not os.path.isabs(path):
+        # an audit event says "no directory descriptor" with -1 (and AT_FDCWD is negative too)
+        if dir_fd is not None and dir_fd >= 0 and not os.path.isabs(path):
             path = os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), path)
     else:
         return None  # not a path: the call refuses it
