@@ -29,7 +29,8 @@ EXPLORATION_TIMEOUT_S = 600.0
 
 def _passed(finished: Finished, what: str) -> Finished:
     if not finished.ok or " passed" not in finished.stdout or "failed" in summary_line(finished):
-        raise RuntimeError(f"{what}: {finished.failure() or finished.stdout[-2000:]}")
+        # pytest says what failed on stdout, the child's failure says how it ended
+        raise RuntimeError(f"{what}: {finished.failure()}\n{finished.stdout[-2000:]}")
     return finished
 
 
