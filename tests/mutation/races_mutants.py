@@ -75,6 +75,14 @@ RACES_MUTANTS = (
         BLIND_SPOT_TESTS,
     ),
     mutant(
+        "race-relative-path-read-at-fd-minus-one",
+        "an audit event's -1 (no directory descriptor) is read as a descriptor: relative paths fail",
+        WATCH,
+        "        if dir_fd is not None and dir_fd >= 0 and not os.path.isabs(path):",
+        "        if dir_fd is not None and not os.path.isabs(path):",
+        BLIND_SPOT_TESTS,
+    ),
+    mutant(
         "race-unrecorded-swallowed",
         "an access detection could not record is dropped: the launch passes blind",
         WATCH,
