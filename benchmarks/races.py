@@ -11,7 +11,9 @@ Both in the default mode (isolated: one worker process per core). Every run must
 
 from __future__ import annotations
 
+import os
 import re
+import tempfile
 
 from processes import Finished, run_bounded
 from pytest_runs import REPO, SUITE_TIMEOUT_S, pytest_command, summary_line
@@ -27,7 +29,8 @@ EXPLORATION_TIMEOUT_S = 600.0
 
 def _passed(finished: Finished, what: str) -> Finished:
     if not finished.ok or " passed" not in finished.stdout or "failed" in summary_line(finished):
-        raise RuntimeError(f"{what}: {finished.failure() or finished.stdout[-2000:]}")
+        # pytest says what failed on stdout, the child's failure says how it ended
+        raise RuntimeError(f"{what}: {finished.failure()}\n{finished.stdout[-2000:]}")
     return finished
 
 
@@ -47,12 +50,17 @@ def detection() -> dict:
         "off_s": runs["off"].seconds,
         "on_over_off": runs["on"].seconds / runs["off"].seconds,
         "summary": summary_line(runs["on"]),
+        "load": os.getloadavg(),
     }
 
 
-def _call_seconds(options: tuple[str, ...]) -> float:
+def _call_seconds(options: tuple[str, ...], schedules: str) -> float:
     command = pytest_command(MODE, "--durations=0", "-vv", *options, EXPLORED_TEST)
-    finished = _passed(run_bounded(command, EXPLORATION_TIMEOUT_S, cwd=REPO), EXPLORED_TEST)
+    # the scheduled run's interleavings go to a directory of the benchmark's (docs/races.md)
+    env = {**os.environ, "XLASIM_SCHEDULE_DIR": schedules}
+    finished = _passed(
+        run_bounded(command, EXPLORATION_TIMEOUT_S, cwd=REPO, env=env), EXPLORED_TEST
+    )
     found = re.search(r"^([\d.]+)s call\s+" + re.escape(EXPLORED_TEST), finished.stdout, re.M)
     if found is None:
         raise RuntimeError(f"no call duration for {EXPLORED_TEST} in: {finished.stdout[-2000:]}")
@@ -62,9 +70,10 @@ def _call_seconds(options: tuple[str, ...]) -> float:
 def exploration(rounds: int) -> dict:
     """One schedule of an 8-rank test against one plain run, best of `rounds` each."""
     plain, scheduled = [], []
-    for _ in range(rounds):
-        plain.append(_call_seconds(()))
-        scheduled.append(_call_seconds(("--xla-schedules=1",)))
+    with tempfile.TemporaryDirectory() as schedules:
+        for _ in range(rounds):
+            plain.append(_call_seconds((), schedules))
+            scheduled.append(_call_seconds(("--xla-schedules=1",), schedules))
     return {
         "op": "races_schedule",
         "mode": MODE,
@@ -73,18 +82,25 @@ def exploration(rounds: int) -> dict:
         "plain_s": min(plain),
         "scheduled_over_plain": min(scheduled) / min(plain),
         "test": EXPLORED_TEST,
+        "load": os.getloadavg(),
     }
+
+
+def _load(r: dict) -> str:
+    """The load average as the record ended (records made before it was kept have none)."""
+    return ", load {:.1f} {:.1f} {:.1f}".format(*r["load"]) if "load" in r else ""
 
 
 def detection_line(r: dict) -> str:
     return (
         f"race detection, pytest tests/properties: {r['xlasim_s']:.1f} s with --xla-races, "
-        f"{r['off_s']:.1f} s without ({r['on_over_off']:.2f}x; {r['summary']})"
+        f"{r['off_s']:.1f} s without ({r['on_over_off']:.2f}x{_load(r)}; {r['summary']})"
     )
 
 
 def schedule_line(r: dict) -> str:
+    load = _load(r)
     return (
         f"one schedule of {r['test'].split('::')[-1]} (8 ranks): call {r['xlasim_s']:.2f} s, "
-        f"plain {r['plain_s']:.2f} s ({r['scheduled_over_plain']:.2f}x)"
+        f"plain {r['plain_s']:.2f} s ({r['scheduled_over_plain']:.2f}x{load})"
     )

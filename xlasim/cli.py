@@ -215,11 +215,10 @@ def _run_arguments(options: argparse.Namespace) -> list[str]:
     return [*arguments, options.target, *options.args]
 
 
-def _race_options(options: argparse.Namespace) -> str:
-    """The race options given (`--races`, `--schedule`, `--schedules`), as the user wrote them."""
-    given = [("--races", options.races), ("--schedule", options.schedule is not None)]
-    given.append(("--schedules", options.schedules is not None))
-    return "/".join(flag for flag, on in given if on)
+def _schedule_options(options: argparse.Namespace) -> str:
+    """The schedule options given (`--schedule`, `--schedules`), as the user wrote them."""
+    given = [("--schedule", options.schedule), ("--schedules", options.schedules)]
+    return "/".join(flag for flag, value in given if value is not None)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -261,7 +260,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         options.token,
         options.machine_address,
     )
-    asked = _race_options(options)
+    asked = _schedule_options(options)
     if asked and (options.machines or 1) > 1:
         print(f"xlasim: {races.refused_on_a_pod(asked)}", file=sys.stderr)
         return 2

@@ -77,6 +77,7 @@ MUST_STAY_LAZY = {
     ("xlasim.pytest_plugin.handles", "torch_xla"),
     ("xlasim.pytest_plugin.handles", "torch_xla.runtime"),
     ("xlasim.pytest_plugin.hardware", "torch_xla._internal"),
+    ("xlasim.pytest_plugin.remote_rank", "xlasim.races.watch"),
     ("xlasim.pytest_plugin.spmd_processes", "torch_xla.distributed.spmd"),
     ("xlasim.pytest_plugin.spmd_processes", "xlasim.ranks.processes"),
 }

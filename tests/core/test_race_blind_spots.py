@@ -71,6 +71,34 @@ def test_each_operation_is_seen(either, tmp_path, operation):
     assert found == {frozenset({(0, "write", path), (1, OPERATIONS[operation][1], path)})}
 
 
+#: Calls whose audit events carry a directory descriptor, -1 when none was given.
+RELATIVE = {
+    "mkdir": (lambda p: os.mkdir(p), "mkdir"),
+    "rename": (lambda p: os.rename(p, p + ".moved"), "rename from"),
+    "remove": (lambda p: os.remove(p), "remove"),
+    "utime": (lambda p: os.utime(p), "utime"),
+    "chmod": (lambda p: os.chmod(p, 0o600), "chmod"),
+}
+
+
+def one_operates_relatively_the_other_writes(rank, path, operation):
+    with contextlib.suppress(OSError):  # whichever comes second may fail: the race is the point
+        if rank == 0:
+            with open(path, "w") as out:
+                out.write("x")
+        else:
+            RELATIVE[operation][0](os.path.relpath(path))
+
+
+@pytest.mark.parametrize("operation", sorted(RELATIVE))
+def test_a_relative_path_is_recorded_at_the_file_it_names(either, tmp_path, operation):
+    """A relative path given no directory descriptor is relative to the working directory
+    (its audit event says -1: the launch failed as unrecordable before)."""
+    path = str(tmp_path / "f")
+    found = _races(either, one_operates_relatively_the_other_writes, path, operation)
+    assert found == {frozenset({(0, "write", path), (1, RELATIVE[operation][1], path)})}
+
+
 def lists_while_the_other_changes_in_place(rank, directory, operation):
     if rank == 0:
         os.listdir(directory)

@@ -4,9 +4,13 @@ order of the decisions, a seed gives the same interleaving again (also beside CP
 topology, a turn held past the bound fails by name, waits that take turns do not time out."""
 
 import os
+import re
+import subprocess
+import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import torch_xla.core.xla_model as xm
@@ -247,7 +251,10 @@ def test_a_receive_waits_for_its_send_under_a_schedule(any_world, tmp_path):
             assert [int(line) for line in lines] == list(range(8))
 
 
-def test_a_failing_launch_names_the_file_of_its_interleaving(world):
+def test_a_failing_launch_names_the_file_of_its_interleaving(world, tmp_path, monkeypatch):
+    # A directory of its own: the session's already holds this name's recording when the
+    # catalogue's tests ran first, and the note then says the launch took it.
+    monkeypatch.setenv("XLASIM_SCHEDULE_DIR", str(tmp_path))
     with (
         tempfile.TemporaryDirectory() as directory,
         scheduled(1),
@@ -260,3 +267,44 @@ def test_a_failing_launch_names_the_file_of_its_interleaving(world):
     path = world.interleaving.file
     decisions = len(world.interleaving.decisions)
     assert path.read_text().splitlines()[1] == f"launch 1: {decisions} decisions"
+
+
+CATALOGUE = Path(__file__).resolve().parents[2] / "fixtures" / "race_catalogue.py"
+
+
+def test_xlasim_run_explores_counts_and_replays_its_recorded_interleaving(tmp_path):
+    """`xlasim run --schedules N` runs each seed in a fresh process until one fails, says how
+    many distinct interleavings they took; `--schedule S` replays and compares."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("XLASIM_")}
+    env["XLASIM_SCHEDULE_DIR"] = str(tmp_path / "schedules")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+
+    def xlasim_run(*options):
+        return subprocess.run(
+            [
+                *(sys.executable, "-m", "xlasim", "run", "--devices", "4", "--processes", "1"),
+                *(*options, str(CATALOGUE), "read_before_write", str(shared)),
+            ],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+
+    explored = xlasim_run("--schedules", "5")
+    assert explored.returncode != 0
+    failed = re.search(r"xlasim: schedule (\d) of 5 failed", explored.stderr)
+    assert failed, explored.stderr[-3000:]
+    seed = int(failed.group(1))
+    assert f"xlasim: {seed} schedule(s) took {seed} distinct interleaving(s)" in explored.stderr
+    recorded = tmp_path / "schedules" / f"race_catalogue-schedule-{seed}.txt"
+    assert recorded.exists()
+    for leftover in shared.iterdir():
+        leftover.unlink()
+    replayed = xlasim_run("--schedule", str(seed))
+    assert replayed.returncode != 0 and "FileNotFoundError" in replayed.stderr
+    assert f"xlasim: schedule {seed}: it took the recorded interleaving of {recorded}" in (
+        replayed.stderr
+    ), replayed.stderr[-3000:]

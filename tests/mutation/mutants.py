@@ -12,6 +12,7 @@ from __future__ import annotations
 from events_mutants import EVENTS_MUTANTS
 from machines_mutants import MACHINES_MUTANTS
 from mutant import Edit, Mutant, MutantDoesNotApply, mutant
+from races_mutants import RACES_MUTANTS
 from tpu_mutants import TPU_MUTANTS
 from traces_mutants import TRACES_MUTANTS
 
@@ -130,106 +131,6 @@ MUTANTS = (
         "xlasim/emulation/rendezvous.py",
         "            if outcome.raised:\n                self._abort(outcome.error)  # type: ignore[arg-type]\n",
         "",
-    ),
-    # ------------------------------------------------------------------ xlasim: race detection
-    mutant(
-        "race-collective-does-not-order",
-        "a collective no longer orders its members' accesses: ordered accesses are reported",
-        "xlasim/races/clocks.py",
-        "                        current[member] = list(joined)",
-        "                        current[member][member] += 0",
-    ),
-    mutant(
-        "race-listing-sees-in-place-changes",
-        "a listing races with a chmod, truncate or utime of an entry (which it cannot see)",
-        "xlasim/races/accesses.py",
-        "            and change.op not in IN_PLACE\n",
-        "",
-    ),
-    mutant(
-        "race-forked-access-ordered",
-        "a forked DataLoader worker's access counts as ordered by its rank's later collectives",
-        "xlasim/races/accesses.py",
-        "    if earlier.detached:  # a forked process's access: nothing of its rank waits for it",
-        "    if False:",
-    ),
-    mutant(
-        "race-links-not-resolved",
-        "paths are compared as written: a file reached through a link is another file",
-        "xlasim/races/watch.py",
-        "        return os.path.realpath(path)",
-        "        return os.path.abspath(path)",
-    ),
-    mutant(
-        "race-stat-unseen",
-        "os.stat (getsize, getmtime, Path.stat) is not recorded",
-        "xlasim/races/watch.py",
-        "        os.stat = _recorded(STAT, os.stat)\n",
-        "",
-    ),
-    mutant(
-        "race-thread-accesses-unseen",
-        "what a thread a rank started does is not the rank's",
-        "xlasim/races/watch.py",
-        "        self.run = run_as_the_rank  # type: ignore[method-assign]",
-        "        pass",
-    ),
-    mutant(
-        "race-forked-accesses-unseen",
-        "what a process a rank forked (a DataLoader worker) does is not the rank's",
-        "xlasim/races/watch.py",
-        "        _local.watched = _Forked(watched) if watched.spill is not None else None",
-        "        _local.watched = None",
-    ),
-    mutant(
-        "race-unrecorded-swallowed",
-        "an access detection could not record is dropped: the launch passes blind",
-        "xlasim/races/watch.py",
-        '            watched.blind(f"{op} {path!r} at {call_location(sys._getframe(1))}", error)',
-        "            pass",
-    ),
-    # ------------------------------------------------------------------ xlasim: the scheduler
-    mutant(
-        "scheduler-ignores-priorities",
-        "every schedule runs the lowest enabled rank first: one order, whatever the seed",
-        "xlasim/races/schedule.py",
-        "        chosen = max(enabled, key=self.priority.__getitem__)",
-        "        chosen = min(enabled)",
-    ),
-    mutant(
-        "scheduler-no-change-points",
-        "PCT without change points: orders that need another winner later are unreachable",
-        "xlasim/races/schedule.py",
-        "        if last is not None and step in self._changes:",
-        "        if False:",
-    ),
-    mutant(
-        "scheduler-pollers-keep-the-turn",
-        "a rank polling a file keeps the turn: the rank it waits for never runs",
-        "xlasim/races/schedule.py",
-        "            if self._streak[points[last]] >= SPIN_REPEATS:",
-        "            if False:",
-    ),
-    mutant(
-        "scheduler-decides-while-ranks-run",
-        "a decision is taken while ranks still run: two ranks run at once, replays differ",
-        "xlasim/races/scheduler.py",
-        "        if self.stopped or RUNNING in self.states.values():",
-        "        if self.stopped:",
-    ),
-    mutant(
-        "scheduler-collective-exit-not-a-point",
-        "ranks leaving a collective run on together instead of waiting for their turn",
-        "xlasim/emulation/rendezvous.py",
-        "        self._await_turn(rank)  # the collective's exit: every member was parked there",
-        "        pass",
-    ),
-    mutant(
-        "scheduler-waits-bounded-from-their-start",
-        "a wait under a schedule times out though the ranks it waits for are taking turns",
-        "xlasim/emulation/rendezvous.py",
-        "                    since = max(since, self.scheduler.progress)",
-        "                    pass",
     ),
     # ------------------------------------------------------------------ xlasim: the pytest plugin
     mutant(
@@ -461,4 +362,12 @@ SPMD_MUTANTS = (
         "        return unflatten_state_dict(template, metadata.planner_data)",
     ),
 )
-MUTANTS = MUTANTS + SPMD_MUTANTS + TPU_MUTANTS + TRACES_MUTANTS + EVENTS_MUTANTS + MACHINES_MUTANTS
+MUTANTS = (
+    MUTANTS
+    + SPMD_MUTANTS
+    + TPU_MUTANTS
+    + TRACES_MUTANTS
+    + EVENTS_MUTANTS
+    + MACHINES_MUTANTS
+    + RACES_MUTANTS
+)

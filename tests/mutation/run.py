@@ -51,7 +51,8 @@ from mutants import MUTANTS, SANITY, Mutant, MutantDoesNotApply  # noqa: E402
 
 #: The strategy's and the properties' suites, and the core's and the plugin's tests of what the
 #: core and plugin mutants break: collectives, failure reports (mismatch, deadlock, abort),
-#: settling per-rank outcomes into one test outcome, race detection and the scheduler.
+#: settling per-rank outcomes into one test outcome. The subsystems' mutants (races, TPU,
+#: traces, events) name their own suites.
 SUITE = (
     "tests/properties",
     "tests/strategy",
@@ -59,10 +60,6 @@ SUITE = (
     "tests/core/test_failures.py",
     "tests/plugin/test_plugin_settle.py",
     "tests/plugin/test_plugin_emulated.py",
-    "tests/core/test_race_clocks.py",
-    "tests/core/test_race_scheduler.py",
-    "tests/core/test_race_property.py",
-    "tests/core/test_race_blind_spots.py",
 )
 #: What the sanity mutants must break: tests that import both packages as they are collected
 #: (a broken import fails at once, whatever the mutants' own suites import).

@@ -385,7 +385,9 @@ class Run(RunObjects):
     def _await_turn(self, rank: int) -> None:
         """Wait until the scheduler lets `rank` run (at once without a schedule). Bounded: when
         the rank that has the turn reaches no scheduling point for `collective_timeout` seconds,
-        the launch fails with `ScheduleStalledError`."""
+        the launch fails with `ScheduleStalledError`. An abort releases the rank
+        (`WorldAbortedError`) at its point: after an abort no rank runs more of the program
+        than up to its next point, so what a failed launch reports does not depend on timing."""
         if self.scheduler is None:
             return
         with self.cond:

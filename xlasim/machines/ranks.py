@@ -16,6 +16,7 @@ from typing import Any
 from ..base.errors import MachineLostError, WorldAbortedError, XlasimError
 from ..base.topology import Topology
 from ..emulation.rendezvous import Run
+from ..races import records
 from ..ranks.processes import ProcessRanks
 from ..reports.rank_outcome import RankOutcome
 from . import results
@@ -58,6 +59,11 @@ class MachineRanks(ProcessRanks):
         super().finished(run)
         if run.abort_cause is None:
             self._share_results(run)
+        self._publish_failure(run)
+        if run.syncs is not None:
+            self._share_records(run)
+
+    def _publish_failure(self, run: Run) -> None:
         cause = run.abort_cause
         if cause is None or isinstance(cause, MachineLostError):
             return  # nothing to tell, or the others know already
@@ -68,6 +74,52 @@ class MachineRanks(ProcessRanks):
             else f"{type(cause).__name__}: {cause}"
         )
         self._link.publish_failure(self._launch, text[:NOTICE_CHARS])
+
+    def _share_records(self, run: Run) -> None:
+        """Every machine's ranks' synchronisations and file accesses into every machine's run
+        (`races.records`), so race detection sees the whole pod, naming each access's machine.
+        A failed launch shares them too (its races are reported with its failure as the
+        cause); when a machine is lost or silent, detection does not run on a part of the pod
+        (its clocks would miss the other machines' collectives) and the error says so."""
+        assert run.syncs is not None
+        me = self.settings.machine_rank
+        mine = [r for r in self.settings.ranks_of(self.topology, me) if r < run.size]
+        others = [m for m in range(self.settings.machines) if m != me]
+        own = {
+            rank: records.Recorded(
+                run.syncs.syncs[rank],
+                run.outcomes[rank].accesses if run.outcomes[rank] is not None else None,
+                run.outcomes[rank].unrecorded if run.outcomes[rank] is not None else None,
+            )
+            for rank in mine
+        }
+        try:
+            if self._link.lost:
+                raise XlasimError(f"{self._link.describe(min(self._link.lost))} was lost")
+            received = self._link.exchange(
+                f"{self._launch}/races",
+                records.encode(own),
+                others,
+                lambda: None,
+                what="with its ranks' file accesses",
+            )
+        except XlasimError as error:
+            run.syncs = None
+            note = f"xlasim: race detection did not run: not every machine's records came ({error})"
+            if run.abort_cause is not None:
+                run.abort_cause.add_note(note)
+            else:
+                run.abort(XlasimError(note))
+            return
+        every = {me: own, **{m: records.decode(raw) for m, raw in received.items()}}
+        for machine, recorded in every.items():
+            for rank, record in recorded.items():
+                run.syncs.syncs[rank] = record.syncs
+                outcome = run.outcomes[rank]
+                if outcome is None:
+                    continue
+                outcome.accesses = records.on_machines(record.accesses, machine)
+                outcome.unrecorded = record.unrecorded
 
     def _share_results(self, run: Run) -> None:
         """Every machine's ranks' results into every machine's outcomes (`results`): the

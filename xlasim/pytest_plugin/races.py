@@ -41,9 +41,9 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """How many distinct interleavings the session's schedules took, over its tests."""
     if not session.explored:
         return
-    schedules = sum(c.schedules for c in session.explored)
-    distinct = sum(c.distinct for c in session.explored)
+    schedules = sum(c.schedules for c in session.explored.values())
+    distinct = sum(c.distinct for c in session.explored.values())
     terminalreporter.write_line(
-        f"xlasim: {len(session.explored)} test run(s) under schedules: {schedules} schedule(s) "
-        f"took {distinct} distinct interleaving(s) (per test, docs/races.md)"
+        f"xlasim: {len(session.explored)} test(s) explored: {schedules} schedule(s) took "
+        f"{distinct} distinct interleaving(s) (docs/races.md)"
     )

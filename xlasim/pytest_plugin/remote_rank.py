@@ -31,8 +31,11 @@ process_lock = threading.RLock()
 
 
 def import_modules(modules: Sequence[tuple[str, str, bool]]) -> None:
-    """Import the job's user modules as the parent has them (once per process)."""
-    with process_lock:
+    """Import the job's user modules as the parent has them (once per process): xlasim's work,
+    not the program's (no access recorded, no scheduling point: docs/races.md)."""
+    from ..races import watch  # imports torch: a rank's process has it already
+
+    with process_lock, watch.outside_the_program():
         for name, path, rewrite in modules:
             if name in sys.modules:
                 continue

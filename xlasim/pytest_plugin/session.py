@@ -21,6 +21,7 @@ import pytest
 from ..base.emulated_slice import is_emulated
 from ..base.errors import RuntimeAlreadyStartedError, XlasimError
 from ..events.recorder import TRACE_ENV
+from ..races import interleavings
 from ..races.settings import SCHEDULE_ENV
 from ..traces.session import PLOT_FILE, TraceFiles
 from . import progress
@@ -220,7 +221,12 @@ def run_ranks(
 
     schedules = config.getoption("xla_schedules", None)
     with traced(config, item) as directory, scheduled_as(config, item):
+        first = len(interleavings.taken)
         outcomes = _explored(run, schedules, item) if schedules else run()
+    if item is not None and len(interleavings.taken) > first and not schedules:
+        taken = interleavings.taken[first:]
+        lines = [f"schedule {i.seed}: {i.comparison()}" for i in taken]
+        item.add_report_section("call", "xlasim schedule", "\n".join(lines))
     if not live:
         replay_output(outcomes)
     name_trace(item, directory, outcomes)
@@ -276,23 +282,26 @@ def _explored(
 ) -> list[RankOutcome]:
     """The ranks under `--xla-schedules=N`: the first schedule that fails is named in the
     report (the ranks' own renderings were made before it was known)."""
-    from ..races.explore import explore, replay_note
+    from ..races.explore import Coverage, explore, replay_note
 
     def replay(seed: int) -> str:
         return f"--xla-schedule={seed}"
 
+    first = len(interleavings.taken)
     outcomes, failed, coverage = explore(run, schedules, replay)
-    explored.append(coverage)
+    explored.setdefault(item.nodeid if item is not None else "", Coverage()).add(coverage)
     if item is not None:
         lines = [coverage.describe()]
         if failed is not None:
             lines.append(replay_note(failed, replay(failed)))
+            lines += [i.comparison() for i in interleavings.taken[first:] if i.seed == failed]
         item.add_report_section("call", "xlasim schedules", "\n".join(lines))
     return list(outcomes)
 
 
-#: What each test's exploration covered in this process (the session's summary adds them up).
-explored: list[Coverage] = []
+#: What each test's exploration covered in this process, by test (its Hypothesis examples and
+#: `xla_world.run` calls together); the session's summary adds them up.
+explored: dict[str, Coverage] = {}
 
 
 def _refuse_spmd_here(backend: str) -> None:

@@ -88,16 +88,17 @@ def check(
 
 
 def refused_on_a_pod(asked: str) -> str:
-    """Why race detection or a schedule is refused on a pod of several machines.
+    """Why a schedule is refused on a pod of several machines.
 
     Args:
         asked: the option refused.
     """
     return (
-        f"{asked} is refused on a pod of several machines (--machines): each machine would see "
-        "only its own ranks' file accesses and turns, and report no race between machines; run "
-        "the program on one machine with the same topology (xlasim run --topology ... --races), "
-        'where every host\'s ranks are checked (docs/races.md, "Pods")'
+        f"{asked} is refused on a pod of several machines (--machines): a schedule gives one "
+        "rank the turn at a time, and the machines have no scheduler in common; explore the "
+        "program on one machine with the same topology (xlasim run --topology ... --schedules "
+        "N), where every host's ranks take turns (--races works on a pod; docs/races.md, "
+        '"Pods")'
     )
 
 

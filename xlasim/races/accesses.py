@@ -58,7 +58,7 @@ class Access:
             at the rank's position then), a process it forked (a DataLoader worker).
         detached: made by a process the rank forked: it happened after the rank's `position`
             synchronisations, but nothing the rank did later waits for it, so no later
-            synchronisation of the rank orders it before another rank's access.
+            synchronisation of the rank orders it before another rank's access.        machine: the machine of a pod the rank runs on (None: one machine).
     """
 
     rank: int
@@ -71,12 +71,15 @@ class Access:
     on_host: str = ""
     by: str = ""
     detached: bool = False
+    machine: int | None = None
 
     @property
     def who(self) -> str:
-        """The rank and host, and the thread or process of the rank when not its own."""
+        """The rank and host (and machine, on a pod), and the thread or process of the rank
+        when not its own."""
+        machine = "" if self.machine is None else f", machine {self.machine}"
         by = f", {self.by}" if self.by else ""
-        return f"rank {self.rank} (host {self.host}{by})"
+        return f"rank {self.rank} (host {self.host}{machine}{by})"
 
     def describe(self) -> str:
         return f"{self.who} {self.op} {self.path} at {self.site}"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from . import interleavings
@@ -35,11 +35,19 @@ def replay_note(seed: int, how: str) -> str:
 
 @dataclass
 class Coverage:
-    """What N schedules explored: how many ran, and how many distinct interleavings they took
-    (a schedule's interleaving: the decisions of every launch it made, in order)."""
+    """What schedules explored: how many ran, and the distinct interleavings they took (a
+    schedule's interleaving: the decisions of every launch it made, in order)."""
 
     schedules: int = 0
-    distinct: int = 0
+    taken: set[tuple[str, ...]] = field(default_factory=set)
+
+    @property
+    def distinct(self) -> int:
+        return len(self.taken)
+
+    def add(self, other: Coverage) -> None:
+        self.schedules += other.schedules
+        self.taken |= other.taken
 
     def describe(self) -> str:
         return (
@@ -49,7 +57,7 @@ class Coverage:
 
 
 def _count(taken: list[tuple[str, ...]]) -> Coverage:
-    return Coverage(len(taken), len(set(taken)))
+    return Coverage(len(taken), set(taken))
 
 
 def explore(

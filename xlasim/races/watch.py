@@ -229,7 +229,8 @@ def _access(watched: _Watched, op: str, path: Any, link: bool, dir_fd: int | Non
         path = os.fsdecode(path)
         if "\0" in path:
             return None  # the call itself refuses it
-        if dir_fd is not None and not os.path.isabs(path):
+        # an audit event says "no directory descriptor" with -1 (and AT_FDCWD is negative too)
+        if dir_fd is not None and dir_fd >= 0 and not os.path.isabs(path):
             path = os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), path)
     else:
         return None  # not a path: the call refuses it
@@ -270,13 +271,19 @@ def _thread_name() -> str:
 def _site() -> str | None:
     """The user's line: the first frame outside xlasim, torch, torch_xla and the standard
     library (`os.makedirs` or `glob` are not where the program decided to touch the file);
-    None when Python itself reads the file (an import, a traceback's source line)."""
+    None when Python itself reads the file: anywhere inside an import (a module's code runs
+    once per process, so its accesses would make two launches of a program differ), or a
+    traceback's source line."""
+    user = None
     frame = sys._getframe(1)
-    while frame is not None and is_internal(frame.f_code.co_filename):
-        if frame.f_code.co_filename.startswith(_INCIDENTAL):
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if name.startswith(_INCIDENTAL):
             return None
+        if user is None and not is_internal(name):
+            user = frame
         frame = frame.f_back
-    return call_location(frame) if frame is not None else "<unknown location>"
+    return call_location(user) if user is not None else "<unknown location>"
 
 
 def _open_op(mode: Any, flags: Any) -> str:
@@ -328,7 +335,9 @@ _AUDITED: dict[str, Callable[..., None]] = {
 
 
 @contextmanager
-def _quiet() -> Iterator[None]:
+def outside_the_program() -> Iterator[None]:
+    """What the calling thread does inside is not the program's: not recorded, no scheduling
+    point (xlasim's own work in a rank: importing a test's module)."""
     before = getattr(_local, "quiet", 0)
     _local.quiet = 1
     try:
@@ -351,7 +360,7 @@ def _recorded(
             follows = kwargs.get("follow_symlinks", True)
             name = op(path, *args, **kwargs) if callable(op) else op
             _record(name, path, link=link or not follows, dir_fd=kwargs.get("dir_fd"))
-        with _quiet():
+        with outside_the_program():
             return original(path, *args, **kwargs)
 
     wrapper.__xlasim_original__ = original  # type: ignore[attr-defined]
@@ -364,7 +373,7 @@ def _saved(obj: Any, f: Any, *args: Any, **kwargs: Any) -> Any:
         return _torch_save(obj, f, *args, **kwargs)
     if isinstance(f, (str, bytes, os.PathLike)):
         _record(WRITE, f)
-    with _quiet():
+    with outside_the_program():
         return _torch_save(obj, f, *args, **kwargs)
 
 
@@ -378,7 +387,7 @@ def _sleep(seconds: float) -> None:
     watched = _current()
     if watched is None or watched.point is None or threading.get_ident() != watched.thread:
         return _time_sleep(seconds)
-    with _quiet():
+    with outside_the_program():
         site = _site()
         watched.point(f"sleep at {site}", "")
 
@@ -404,7 +413,7 @@ def _before_fork() -> None:
     """The forking rank's processes write their accesses into a directory of its own."""
     watched = _current()
     if watched is not None and watched.accesses is not None and watched.spill is None:
-        with _quiet():
+        with outside_the_program():
             watched.spill = tempfile.mkdtemp(prefix=f"xlasim-rank{watched.rank}-forked-")
 
 
@@ -419,7 +428,7 @@ def _read_back(watched: _Watched) -> None:
     """Add the accesses of the processes the rank forked to its own."""
     if watched.spill is None:
         return
-    with _quiet():
+    with outside_the_program():
         for name in sorted(os.listdir(watched.spill)):
             with open(os.path.join(watched.spill, name)) as lines:
                 for line in lines:

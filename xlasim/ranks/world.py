@@ -230,11 +230,10 @@ class World:
         return outcomes
 
     def _refuse_on_a_pod(self, collect: Collect) -> None:
-        """Races and schedules are refused on a pod's machines before any rank starts: each
-        machine would see its own ranks' accesses and turns only (docs/races.md, "Pods")."""
-        if (collect.races or collect.schedule is not None) and pod.from_environment() is not None:
-            asked = "--schedule/--schedules" if collect.schedule is not None else "--races"
-            raise XlasimError(races.refused_on_a_pod(asked))
+        """A schedule is refused on a pod's machines before any rank starts: the machines
+        have no scheduler in common (docs/races.md, "Pods")."""
+        if collect.schedule is not None and pod.from_environment() is not None:
+            raise XlasimError(races.refused_on_a_pod("--schedule/--schedules"))
 
     def _supervise(self, run: Run, timeout: float) -> None:
         deadline = time.monotonic() + timeout
