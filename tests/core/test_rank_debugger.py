@@ -157,7 +157,7 @@ def test_the_desk_serves_one_session_at_a_time_and_declines_a_second_post_mortem
         desk.submit(request, lambda reply, rank=request.rank: replies.append((rank, reply)))
     assert debugger_clock.paused()
     assert desk.serve() is None
-    assert replies == [(5, DECLINED), (3, "c\n"), (3, None)]
+    assert replies == [(3, "c\n"), (5, DECLINED), (3, None)]
     assert "Trace 5" not in scripted.text and "Trace 3" in scripted.text
     assert "rank 5 of 8 failed too" in scripted.text
     assert scripted.text.endswith("<closed rank 3/8 continue>\n<idle>\n")
@@ -199,7 +199,9 @@ def test_a_breakpoint_held_three_times_the_collective_timeout_then_continued_pas
     assert scripted.prompts == ["(Pdb rank 3/8) "] * 3
     assert "p secret\n30\n" in scripted.text and "p rank\n3\n" in scripted.text
     assert re.search(
-        r"<open rank 3/8 set_trace>\n\n> \S+test_rank_debugger\.py\(\d+\)", scripted.text
+        r"<open rank 3/8 set_trace>\n> \S+test_rank_debugger\.py\(\d+\)stop_on_rank_3\(\)\n"
+        r"-> return total\(\)\.item\(\)\n\(Pdb rank 3/8\) p secret\n30\n",
+        scripted.text,
     )
 
 

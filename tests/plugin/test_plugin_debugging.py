@@ -175,7 +175,13 @@ def test_pdb_opens_in_the_failing_rank_and_q_ends_the_session(project):
     assert terminal.answer("p secret").strip().splitlines()[-1] == "50"
     listed = terminal.answer("l")
     assert "->     assert secret != 50" in listed
-    assert "xr.world_size" not in terminal.answer("p sorted(k for k in dir() if k == 'secret')")
+    terminal.child.sendline("interact")
+    terminal.child.expect(">>> ")
+    terminal.child.sendline("secret + 1")
+    terminal.child.expect(">>> ")
+    assert terminal.child.before.strip().splitlines()[-1] == "51"
+    terminal.child.sendeof()
+    terminal.prompt()
     terminal.child.sendline("q")
     assert terminal.ends() == 2  # pytest's "interrupted", as after its own debugger's q
     text = terminal.text

@@ -181,9 +181,13 @@ class Desk:
     def submit(self, request: Request, answer: Answer) -> None:
         """Queue a rank's request; `answer` is called with the reply (from the serving thread,
         or at once when the desk is closed)."""
+        declined = False
         with self._lock:
             closed = self._closed
-            if not closed:
+            if not closed and self._second_post_mortem(request):
+                self._declined.append(request.rank)
+                declined = True
+            elif not closed:
                 if request.end is None:
                     self._stopped.add(request.rank)
                 if self._stopped and not self._pausing:
@@ -192,6 +196,8 @@ class Desk:
                 self._pending.append((request, answer))
         if closed:
             answer(_closing_answer(request))
+        elif declined:
+            answer(DECLINED)
         else:
             self._wake()
 
@@ -270,23 +276,29 @@ class Desk:
     def _pick(self) -> tuple[tuple[Request, Answer] | None, list[Answer]]:
         """The request to serve next (lock held), and the post-mortems to decline."""
         declined: list[Answer] = []
-        for index, (request, _) in enumerate(self._pending):
-            if request.rank == self._shown:
-                return self._pending.pop(index), declined
-        if self._shown is not None and self._grace_left() is not None:
-            return None, declined
-        while self._pending:
-            request, answer = self._pending.pop(0)
-            opening = request.kind == POST_MORTEM and request.rank not in self._started
-            if opening and self._post_mortem not in (None, request.rank):
+        for request, answer in list(self._pending):
+            if self._second_post_mortem(request):
+                self._pending.remove((request, answer))
                 self._declined.append(request.rank)
                 self._stopped.discard(request.rank)
                 declined.append(answer)
-                continue
-            if opening:
-                self._post_mortem = request.rank
-            return (request, answer), declined
-        return None, declined
+        for index, (request, _) in enumerate(self._pending):
+            if request.rank == self._shown:
+                return self._pending.pop(index), declined
+        if not self._pending or (self._shown is not None and self._grace_left() is not None):
+            return None, declined
+        request, answer = self._pending.pop(0)
+        if request.kind == POST_MORTEM and request.rank not in self._started:
+            self._post_mortem = request.rank
+        return (request, answer), declined
+
+    def _second_post_mortem(self, request: Request) -> bool:
+        """Whether `request` opens a post-mortem after another rank's was served (lock held)."""
+        return (
+            request.kind == POST_MORTEM
+            and request.rank not in self._started
+            and self._post_mortem not in (None, request.rank)
+        )
 
     def _grace_left(self) -> float | None:
         """Seconds the shown session, stepping, keeps the terminal from waiting ranks."""

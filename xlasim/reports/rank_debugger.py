@@ -98,7 +98,7 @@ class _Session:
         self.encoding = "utf-8"
         self._texts: list[str] = []
         self._texts_lock = threading.Lock()  # the rank's helper threads may print too
-        self._diversion = ExitStack()
+        self._diversion: ExitStack | None = None
         self.open = True
 
     @property
@@ -127,12 +127,15 @@ class _Session:
 
     def divert(self) -> None:
         """From now until `end`, what the rank prints goes to the terminal too."""
-        if not self._diversion._exit_callbacks:  # type: ignore[attr-defined]
+        if self._diversion is None:
+            self._diversion = ExitStack()
             self._diversion.enter_context(rank_output.diverted(self.write))
 
     def end(self, how: str) -> None:
         """The session is over (`c`, `q`, or the rank's call returned)."""
-        self._diversion.close()
+        if self._diversion is not None:
+            self._diversion.close()
+            self._diversion = None
         if self.open:
             self.open = False
             self._ask(self._take(), end=how)
