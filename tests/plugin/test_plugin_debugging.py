@@ -174,7 +174,7 @@ def test_pdb_opens_in_the_failing_rank_and_q_ends_the_session(project):
     assert terminal.prompt() == "5"
     assert terminal.answer("p secret").strip().splitlines()[-1] == "50"
     listed = terminal.answer("l")
-    assert "->     assert secret != 50" in listed
+    assert " 19  ->\t    assert secret != 50" in listed  # pdb marks the current line
     terminal.child.sendline("interact")
     terminal.child.expect(">>> ")
     terminal.child.sendline("secret + 1")
@@ -186,7 +186,7 @@ def test_pdb_opens_in_the_failing_rank_and_q_ends_the_session(project):
     assert terminal.ends() == 2  # pytest's "interrupted", as after its own debugger's q
     text = terminal.text
     assert "PDB post_mortem (rank 5/8) (IO-capturing turned off)" in text
-    assert 'test_ranks.py", line 20, in test_fails_on_rank_5' in text  # the rank's traceback
+    assert 'test_ranks.py", line 19, in test_fails_on_rank_5' in text  # the rank's traceback
     assert "FAILED test_ranks.py::test_fails_on_rank_5 - [rank 5/8] AssertionError" in text
     assert "Exit: Quitting debugger" in text
     assert "test_stops_on_rank_3" not in text  # the session ended at q
