@@ -287,6 +287,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         status = run_target(options)
     except XlasimError as error:
         print(f"xlasim: {type(error).__name__}: {error}", file=sys.stderr)
+    except KeyboardInterrupt:  # Ctrl-C (at a rank's debugger prompt too): the ranks are released
+        print("xlasim: interrupted", file=sys.stderr)
+        status = 130
     except SystemExit as exit:
         from .torchrun import exit_status
 

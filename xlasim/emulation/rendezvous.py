@@ -11,7 +11,10 @@ A `Run` is the emulated equivalent of one TPU program launch. It owns:
   scheduling point (`point`, a collective's entry and exit, send, receive) waits for its turn,
 - the first cause of an abort, which releases every waiting rank.
 
-All state is guarded by one condition variable; waits are bounded by `collective_timeout`.
+All state is guarded by one condition variable; waits are bounded by `collective_timeout`,
+measured on the clock that stands still while a rank is stopped in a debugger
+(`base/debugger_clock.py`); the ranks' debuggers reach the terminal through the run
+(`debug`, served by the launching thread: `reports/debugger_desk.py`).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..base import debugger_clock
 from ..base.errors import (
     CollectiveMismatchError,
     CollectiveTimeoutError,
@@ -37,6 +41,7 @@ from ..races.settings import schedule_depth
 from ..races.syncs import SyncLog
 from ..races.watch import synchronizing
 from ..reports import hang_report
+from ..reports.debugger_desk import Desk, Request
 from ..reports.hang_report import RankReporter, rank_span
 from ..reports.rank_outcome import RESULT_ONLY, Collect, RankOutcome
 
@@ -159,6 +164,8 @@ class Run(RunObjects):
             if collect.schedule is None
             else Scheduler(collect.schedule, range(size), self.cond.notify_all, schedule_depth())
         )
+        #: The ranks' debugger sessions, once a rank stops in one (`debug`).
+        self.desk: Desk | None = None
         super().__init__()
 
     def here(self, participants: Sequence[int]) -> int:
@@ -258,7 +265,7 @@ class Run(RunObjects):
             slot = self._slots.get(key)
             if slot is None:
                 here = self.here(participants)
-                slot = self._slots[key] = _Slot(participants, time.monotonic(), here)
+                slot = self._slots[key] = _Slot(participants, debugger_clock.now(), here)
             slot.arrivals[rank] = (call, payload)
             tracer = recorder.current()
             if tracer is not None:
@@ -355,11 +362,11 @@ class Run(RunObjects):
                 self._wait_state(rank, call, lambda: bool(box))
                 self._check_progress()
                 self.scheduler.block(rank, on=channel)
-                self._wait(rank, lambda: self.scheduler.runs(rank), time.monotonic())
+                self._wait(rank, lambda: self.scheduler.runs(rank), debugger_clock.now())
             if not box:
                 self._wait_state(rank, call, lambda: bool(box))
                 self._check_progress()
-                self._wait(rank, lambda: bool(box), time.monotonic())
+                self._wait(rank, lambda: bool(box), debugger_clock.now())
             if self.syncs is not None:
                 self.syncs.receive(rank, channel)
             return box.popleft()
@@ -393,7 +400,7 @@ class Run(RunObjects):
         with self.cond:
             while not self.scheduler.runs(rank):
                 self._raise_if_aborted()
-                left = self.scheduler.progress + self.collective_timeout - time.monotonic()
+                left = self.scheduler.progress + self.collective_timeout - debugger_clock.now()
                 if left <= 0:
                     self._abort(self._stalled_error())
                     break
@@ -434,7 +441,7 @@ class Run(RunObjects):
                 self._raise_if_aborted()
                 if self.scheduler is not None:  # ranks taking turns are not stuck
                     since = max(since, self.scheduler.progress)
-                remaining = since + self.collective_timeout - time.monotonic()
+                remaining = since + self.collective_timeout - debugger_clock.now()
                 if remaining <= 0 and bounded():
                     self._abort(self._late_error())
                     self._raise_if_aborted()
@@ -444,8 +451,9 @@ class Run(RunObjects):
             self._states[rank].call = None
 
     def _check_progress(self) -> None:
-        """Abort at once when the waiting ranks can never all be served."""
-        if self.abort_cause is not None:
+        """Abort at once when the waiting ranks can never all be served; not while a rank is
+        stopped in a debugger (`recheck` when it goes on)."""
+        if self.abort_cause is not None or debugger_clock.paused():
             return
         waiting = [r for r, s in enumerate(self._states) if s.status == WAITING]
         if not waiting or any(self._states[r].satisfiable() for r in waiting):
@@ -493,6 +501,26 @@ class Run(RunObjects):
         if self.scheduler is not None and self.scheduler.running():
             return self._stalled_error()
         return self._timeout_error()
+
+    # ----------------------------------------------------------------- debuggers
+
+    def debug(self, rank: int, request: Request) -> str | None:
+        """A rank's debugger asks the terminal (`reports/rank_debugger.py`); the launching
+        thread serves it (`World`), one session at a time."""
+        with self.cond:
+            if self.desk is None:
+                self.desk = Desk(wake=self._wake)
+            desk = self.desk
+        return desk.ask(request)
+
+    def _wake(self) -> None:
+        with self.cond:
+            self.cond.notify_all()
+
+    def recheck(self) -> None:
+        """Look for deadlocks again (none is looked for while a rank is in a debugger)."""
+        with self.cond:
+            self._check_progress()
 
     def _timeout_error(self) -> CollectiveTimeoutError:
         return CollectiveTimeoutError(

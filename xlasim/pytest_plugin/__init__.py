@@ -20,4 +20,5 @@ pytest_plugins = [
     "xlasim.pytest_plugin.metrics",
     "xlasim.pytest_plugin.races",
     "xlasim.pytest_plugin.pods",
+    "xlasim.pytest_plugin.debugging",
 ]

@@ -28,8 +28,10 @@ from typing import Any
 
 import pytest
 
+from ..base import debugger_clock
 from ..base.errors import CollectiveTimeoutError, XlasimError
 from ..events import flushing
+from ..reports.debugger_desk import Desk, Request
 from ..reports.frames import PACKAGE_DIR
 from ..reports.rank_outcome import RankOutcome
 from ..traces import session as traces
@@ -204,23 +206,34 @@ class NativeExecutor:
         return outcomes
 
     def _collect(self, workers: _Workers, size: int, timeout: float) -> list[RankOutcome]:
-        """Every rank's outcome, as its worker sent it."""
+        """Every rank's outcome, as its worker sent it; the ranks' debugger requests, which
+        come on the same connections, are served at this process's terminal meanwhile, and
+        the bound stands still while a rank is in a debugger (docs/debugging.md)."""
         replies: dict[int, RankOutcome] = {}
         pending = {conn: rank for rank, conn in workers.conns.items()}
-        deadline = time.monotonic() + timeout
-        while pending:
-            remaining = deadline - time.monotonic()
-            ready = wait(list(pending), timeout=max(remaining, 0)) if remaining > 0 else []
-            if not ready:
-                self._restart_after(workers, sorted(pending.values()), timeout)
-            for conn in ready:
-                rank = pending.pop(conn)  # type: ignore[call-overload]
-                try:
-                    replies[rank] = conn.recv()
-                except (EOFError, OSError):
-                    died = XlasimError(f"rank {rank}'s worker process died")
-                    replies[rank] = RankOutcome(rank, size, error=died)
-                    self._workers = None
+        desk = Desk()
+        deadline = debugger_clock.now() + timeout
+        try:
+            while pending:
+                pause = desk.serve() or 1.0
+                remaining = deadline - debugger_clock.now()
+                if remaining <= 0:
+                    self._restart_after(workers, sorted(pending.values()), timeout)
+                for conn in wait(list(pending), timeout=min(remaining, pause)):
+                    rank = pending[conn]  # type: ignore[index]
+                    try:
+                        message = conn.recv()  # type: ignore[union-attr]
+                    except (EOFError, OSError):
+                        died = XlasimError(f"rank {rank}'s worker process died")
+                        message = RankOutcome(rank, size, error=died)
+                        self._workers = None
+                    if isinstance(message, Request):
+                        desk.submit(message, conn.send)  # type: ignore[union-attr]
+                        continue
+                    del pending[conn]  # type: ignore[arg-type]
+                    replies[rank] = message
+        finally:
+            desk.close()
         if self._workers is None:
             workers.kill()
         return [replies[rank] for rank in range(size)]

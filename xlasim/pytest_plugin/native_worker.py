@@ -5,7 +5,9 @@ the workers (and their XLA runtime and compilation cache) stay warm across tests
 `remote.Job`: the worker puts the parent's `sys.path` in place, runs it (`remote_rank.run_job`:
 test modules imported the way pytest did, from their paths, asserts rewritten) and replies
 with the rank's `RankOutcome`, made by the core as for emulated ranks: result or error and
-traceback, output, failure rendered as pytest would have, and the XLA counters it added.
+traceback, output, failure rendered as pytest would have, and the XLA counters it added. A rank
+stopped in a debugger asks the pytest process's terminal over the same connection, while its
+job runs (`DebugChannel`; docs/debugging.md).
 """
 
 from __future__ import annotations
@@ -15,11 +17,12 @@ import functools
 import os
 import signal
 import sys
-from multiprocessing.connection import Client
+from multiprocessing.connection import Client, Connection
 from pathlib import Path
 
 from ..events import flushing, hooks
-from ..reports import rank_outcome, rank_output, xla_counters
+from ..reports import rank_debugger, rank_outcome, rank_output, xla_counters
+from ..reports.debugger_desk import Request
 from ..reports.rank_outcome import Collect, RankOutcome
 from . import remote, remote_rank
 
@@ -41,17 +44,39 @@ def _setup_process(address: str, authkey: bytes, stack_dir: str) -> None:
         flush_conn.send((FLUSH_CHANNEL, os.getpid()))
         flushing.serve(flush_conn)
     rank_output.install()
+    rank_debugger.install()  # breakpoints stop a rank at the pytest process's terminal
+
+
+class DebugChannel:
+    """A rank's debugger asks the pytest process's terminal over the rank's connection
+    (the pytest process reads it while it waits for the job's outcome)."""
+
+    def __init__(self, conn: Connection, rank: int, size: int):
+        self._conn, self.rank, self.size = conn, rank, size
+
+    def ask(self, request: Request) -> str | None:
+        self._conn.send(request)
+        return self._conn.recv()
 
 
 def _run_job(
-    index: int, size: int, sys_path: list[str], job: remote.Job, trace: Path | None
+    conn: Connection,
+    index: int,
+    size: int,
+    sys_path: list[str],
+    job: remote.Job,
+    trace: Path | None,
 ) -> RankOutcome:
     before = xla_counters.counts()
     with remote_rank.process_lock:  # a worker process serves one rank per device thread on CPU
         sys.path[:] = sys_path
         hooks.follow(str(trace) if trace is not None else None)
     collect = Collect(output=True, render=functools.partial(remote_rank.render_failure, job.style))
-    ended = rank_outcome.call(index, size, remote_rank.run_job, (job,), {}, collect)
+    rank_debugger.bind(DebugChannel(conn, index, size))
+    try:
+        ended = rank_outcome.call(index, size, remote_rank.run_job, (job,), {}, collect)
+    finally:
+        rank_debugger.bind(None)
     ended.metrics = xla_counters.growth(before)
     return ended.portable()
 
@@ -63,4 +88,4 @@ def serve(index: int, address: str, authkey: bytes, stack_dir: str) -> None:
     with Client(address, authkey=authkey) as conn:
         conn.send((index, os.getpid()))
         while (job := conn.recv()) is not None:
-            conn.send(_run_job(index, *job))
+            conn.send(_run_job(conn, index, *job))

@@ -20,6 +20,7 @@ from ..base.errors import XlasimError
 from . import marker_args
 from .handles import RankPlaceholder, XlaRank
 from .outcomes import outcomes_key, settle
+from .rank_debugging import test_body
 from .remote import NotPicklableError
 from .session import executor, is_active, is_xdist_controller, run_ranks
 from .timeouts import timeout_for
@@ -115,7 +116,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     if pyfuncitem.get_closest_marker("xla") is None:
         return None
-    fn = pyfuncitem.obj
+    fn = test_body(pyfuncitem)  # under --trace, started under pdb on the ranks
     kwargs = {arg: pyfuncitem.funcargs[arg] for arg in pyfuncitem._fixtureinfo.argnames}
     try:
         outcomes = run_ranks(

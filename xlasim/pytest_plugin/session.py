@@ -210,9 +210,11 @@ def run_ranks(
     the output of ranks that did not fail is handed to pytest's capture, tagged by rank.
     `item` is the running test: ranks in other processes render their failures as it would."""
     from .outcomes import replay_output
+    from .rank_debugging import on_ranks
     from .remote import FailureStyle
 
     live = config.getoption("capture") == "no"
+    fn = on_ranks(config, item, fn)  # under --pdb, a post-mortem in the rank that fails
 
     def run() -> list[RankOutcome]:
         return executor(config).run_ranks(

@@ -16,9 +16,9 @@ call and waits on its condition for `runs(rank)`.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 
+from ..base import debugger_clock
 from .interleavings import Decision
 from .schedule import DEFAULT_DEPTH, Pct
 
@@ -50,9 +50,10 @@ class Scheduler:
         self.next: dict[int, tuple[str, str]] = {}
         #: The interleaving so far: every decision, in order.
         self.decisions: list[Decision] = []
-        #: When the last decision was made or a rank reached a point (`time.monotonic`): waits
-        #: are bounded from there, as ranks that take turns are not stuck.
-        self.progress = time.monotonic()
+        #: When the last decision was made or a rank reached a point (`debugger_clock.now`, which
+        #: stands still while a rank is in a debugger): waits are bounded from there, as ranks
+        #: that take turns are not stuck.
+        self.progress = debugger_clock.now()
         #: What a blocked rank waits for (a channel), so a send enables its receivers.
         self._waiting_on: dict[int, object] = {}
         self._notify = notify
@@ -122,7 +123,7 @@ class Scheduler:
         return [r for r, s in self.states.items() if s == RUNNING]
 
     def _decide(self) -> None:
-        self.progress = time.monotonic()
+        self.progress = debugger_clock.now()
         if self.stopped or RUNNING in self.states.values():
             return
         enabled = [r for r, s in self.states.items() if s == PARKED]

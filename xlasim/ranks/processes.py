@@ -126,6 +126,9 @@ class _Links:
             _, _, point, detail = request
             run.point(rank, point, detail)
             return None
+        if kind == "debug":  # a line typed at the terminal, or nothing (docs/debugging.md)
+            _, _, question = request
+            return shared_payloads.encode(run.debug(rank, question))
         if kind == "finish":  # the outcome, and its result through shared memory
             _, _, outcome = request
             outcome.result = payload
@@ -371,6 +374,8 @@ class ProcessRanks:
             if process.process.is_alive() and process.process.pid not in self._lost:
                 continue
             process.process.join(0.5)
+            if run.desk is not None:  # a rank of it stopped in a debugger is stopped no more
+                run.desk.forget(process.ranks)
             ended = _how_it_ended(process.process.exitcode, len(process.ranks))
             run.abort(
                 XlasimError(

@@ -31,7 +31,8 @@ from ..emulation import patches
 from ..emulation.rendezvous import Call, RunObjects
 from ..events import hooks, recorder
 from ..races.watch import synchronizing
-from ..reports import rank_output
+from ..reports import rank_debugger, rank_output
+from ..reports.debugger_desk import Request
 from ..reports.rank_outcome import Collect, RankOutcome
 from . import launch_reset, shared_payloads
 from .threads import RankThread
@@ -135,6 +136,10 @@ class RunClient(RunObjects):
         if self.collect.schedule is not None:
             self._links[rank].call(("point", self.job, point, detail))
 
+    def debug(self, rank: int, request: Request) -> str | None:
+        """A rank's debugger asks the terminal: the parent's run serves it."""
+        return self._links[rank].call(("debug", self.job, request))
+
     def finish(self, outcome: RankOutcome) -> None:
         """Hand the rank's outcome to the parent's run: its result through shared memory, the
         rest pickled with the request."""
@@ -167,6 +172,7 @@ def main(spec: WorkerSpec, control: Connection) -> None:
     emulated_slice.enter_worker(topology, topology.host_of(first))
     patches.install(*spec.more_patches)
     rank_output.install()
+    rank_debugger.install()  # breakpoints stop a rank at the launching process's terminal
     _share_the_cpus(topology)
     ranks = {
         first + i: RankThread(first + i, f"xla:{i}") for i in range(topology.cores_per_process)

@@ -4,21 +4,21 @@ Ranks are started once and kept (threads of this process, or worker processes fo
 topologies), so launching a function costs a message per rank, not a process spawn. `World.run`
 is the supervisor: it waits for every rank, releases the others at once when one fails, turns a
 hang into a report with every rank's stack, and replaces ranks that could not be released so the
-next run starts clean.
+next run starts clean. It also serves the ranks' debuggers at the terminal (docs/debugging.md):
+while a rank is stopped in one, every bound is measured on a clock that stands still.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from typing import Any, Protocol
 
 from .. import races
-from ..base import rank_context
+from ..base import debugger_clock, rank_context
 from ..base.errors import (
     CollectiveTimeoutError,
     DeviceCountError,
@@ -31,7 +31,7 @@ from ..base.public import public
 from ..base.topology import Topology
 from ..emulation.rendezvous import Run
 from ..machines import settings as pod
-from ..reports import rank_output
+from ..reports import rank_debugger, rank_output
 from ..reports.hang_report import RankReporter, rank_span
 from ..reports.rank_outcome import RESULT_ONLY, Collect, RankOutcome
 from ..traces import session as traces
@@ -212,6 +212,8 @@ class World:
             )
             if self.topology.threaded:  # the ranks write to this process: kept or passed on
                 stack.enter_context(rank_output.routed())  # whole lines (rank_output.py)
+            if self.ranks_are_threads:  # their breakpoints stop them here (docs/debugging.md)
+                stack.enter_context(rank_debugger.hooks())
             try:
                 self._ranks.dispatch(run, jobs)
                 self._supervise(run, default_run_timeout() if timeout is None else timeout)
@@ -236,12 +238,13 @@ class World:
             raise XlasimError(races.refused_on_a_pod("--schedule/--schedules"))
 
     def _supervise(self, run: Run, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        with run.cond:
-            while not run.stopped():
-                if run.abort_cause is not None:
+        deadline = debugger_clock.now() + timeout
+        while True:
+            pause = _serve_debuggers(run)
+            with run.cond:
+                if run.stopped() or run.abort_cause is not None:
                     break
-                if time.monotonic() >= deadline:
+                if debugger_clock.now() >= deadline:
                     run.abort(
                         CollectiveTimeoutError(
                             f"the run did not finish within {timeout:g} s.\n" + run.describe_ranks()
@@ -249,15 +252,26 @@ class World:
                     )
                     break
                 self._ranks.check(run)
-                run.cond.wait(timeout=max(min(1.0, deadline - time.monotonic()), 0.0))
+                if run.desk is None or not run.desk.waiting():
+                    run.cond.wait(timeout=max(min(pause, deadline - debugger_clock.now()), 0.0))
         self._release(run)
 
     def _release(self, run: Run) -> None:
-        """Give aborted ranks a moment to unwind, then replace those that did not."""
-        with run.cond:
-            release_deadline = time.monotonic() + RELEASE_GRACE_S
-            while not run.stopped() and time.monotonic() < release_deadline:
-                run.cond.wait(timeout=release_deadline - time.monotonic())
+        """Give aborted ranks a moment to unwind (more while one is in a debugger), then replace
+        those that did not."""
+        release_deadline = debugger_clock.now() + RELEASE_GRACE_S
+        try:
+            while True:
+                pause = _serve_debuggers(run)
+                with run.cond:
+                    left = release_deadline - debugger_clock.now()
+                    if run.stopped() or left <= 0:
+                        break
+                    if run.desk is None or not run.desk.waiting():
+                        run.cond.wait(timeout=min(pause, left))
+        finally:
+            if run.desk is not None:
+                run.desk.close()
         self._ranks.finished(run)
         if not run.stopped():
             if self.trace is not None and self.trace.directory is not None:
@@ -293,6 +307,18 @@ class World:
         """Stop the world's ranks; returns the ranks that could not be stopped (stuck in
         native code), which would abort the interpreter at exit."""
         return self._ranks.close()
+
+
+def _serve_debuggers(run: Run) -> float:
+    """Serve the ranks' debugger requests that wait (at the terminal: the launching thread
+    owns it); how long the caller may then wait for the ranks before it calls again."""
+    if run.desk is None:
+        return 1.0
+    paused = debugger_clock.paused()
+    pause = run.desk.serve()
+    if paused and not debugger_clock.paused():
+        run.recheck()  # deadlocks are looked for again once no rank is in a debugger
+    return 1.0 if pause is None else min(pause, 1.0)
 
 
 def _process_ranks(topology: Topology, collective_timeout: float) -> Ranks:

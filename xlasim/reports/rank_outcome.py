@@ -29,7 +29,7 @@ from typing import Any
 from ..base.errors import RankAbandoned, WorldAbortedError, XlasimError
 from ..base.public import public
 from ..events import hooks
-from . import rank_output
+from . import rank_debugger, rank_output
 from .frames import user_traceback
 
 
@@ -138,6 +138,8 @@ def call(
             result, error = fn(*args, **kwargs), None
         except BaseException as caught:  # every failure is reported, none is lost
             result, error = None, caught
+        finally:
+            rank_debugger.leave()  # a debugger session still open ends with the call
     outcome = RankOutcome(rank, size, result, error, duration=time.perf_counter() - start)
     if collect.output:
         outcome.stdout, outcome.stderr = buffers[0].getvalue(), buffers[1].getvalue()

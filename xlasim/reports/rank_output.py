@@ -127,6 +127,43 @@ def captured(run: Any, rank: int, tee: bool, keep: bool = True) -> Iterator[Targ
                 stream.finish(buffers)
 
 
+class _Diverted(io.StringIO):
+    """A capture buffer whose writes go to a debugger session instead (`diverted`)."""
+
+    def __init__(self, write: Callable[[str], object]):
+        super().__init__()
+        self._send = write
+
+    def write(self, text: str) -> int:
+        self._send(text)
+        return len(text)
+
+
+@contextmanager
+def diverted(write: Callable[[str], object]) -> Iterator[None]:
+    """While inside, what the calling thread's rank writes goes to `write` (its debugger
+    session, at the user's terminal), as pytest suspends its capture for a debugger; what
+    it wrote before stays captured. Nothing changes for a rank whose output is not routed."""
+    key = threading.get_ident()
+    with _lock:
+        kept = _by_thread.get(key)
+        ranks = [k for k, v in _by_rank.items() if v is kept]
+        if kept is not None:
+            stand_in = (_Diverted(write), _Diverted(write), False)
+            _by_thread[key] = stand_in
+            _by_rank.update(dict.fromkeys(ranks, stand_in))
+    try:
+        yield
+    finally:
+        if kept is not None:
+            with _lock:
+                if _by_thread.get(key) is not None:
+                    _by_thread[key] = kept
+                for rank in ranks:
+                    if rank in _by_rank:
+                        _by_rank[rank] = kept
+
+
 def _swap(make: Callable[[TextIO, int], TextIO]) -> tuple[TextIO, TextIO]:
     saved = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = make(saved[0], 0), make(saved[1], 1)
