@@ -22,6 +22,7 @@ if TYPE_CHECKING:
         RankExitError,
         RankFailedError,
         RuntimeAlreadyStartedError,
+        ScheduleStalledError,
         UnsupportedCollectiveError,
         WorldAbortedError,
         XlasimError,
