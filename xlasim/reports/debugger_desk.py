@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ..base import debugger_clock
+from . import ctrl_c_relay
 from .hang_report import rank_span
 
 #: How long a session stepping through code keeps the terminal while another rank waits.
@@ -112,7 +113,8 @@ class PlainTerminal:
                 import readline  # noqa: F401 (input() edits lines and keeps history with it)
             self._editing = True
         try:
-            return input(prompt) + "\n"
+            with ctrl_c_relay.relayed():  # whichever thread the kernel gives Ctrl-C to
+                return input(prompt) + "\n"
         except EOFError:
             return EOF
 
