@@ -4,7 +4,10 @@
   back, wall time of each (the target: on / off at most 1.3x);
 - exploration: one 8-rank test that saves and loads a checkpoint, the call phase of the test as
   pytest's `--durations` reports it, once plain and once under `--xla-schedules=1` (the target:
-  scheduled / plain at most 1.5x), best of `rounds` alternated runs.
+  scheduled / plain at most 1.5x), best of `rounds` alternated runs; and the plain run again
+  pinned to one CPU (`taskset -c 0`): under a schedule ranks run one at a time, so the work the
+  plain run overlaps on the machine's cores cannot overlap, and that run is the floor a
+  schedule can reach (on 2 cores, scheduled / plain cannot go below one-CPU / plain).
 
 Both in the default mode (isolated: one worker process per core). Every run must pass.
 """
@@ -54,8 +57,10 @@ def detection() -> dict:
     }
 
 
-def _call_seconds(options: tuple[str, ...], schedules: str) -> float:
+def _call_seconds(options: tuple[str, ...], schedules: str, pinned: bool = False) -> float:
     command = pytest_command(MODE, "--durations=0", "-vv", *options, EXPLORED_TEST)
+    if pinned:  # every process of the session on CPU 0 (workers inherit the affinity)
+        command = ["taskset", "-c", "0", *command]
     # the scheduled run's interleavings go to a directory of the benchmark's (docs/races.md)
     env = {**os.environ, "XLASIM_SCHEDULE_DIR": schedules}
     finished = _passed(
@@ -69,11 +74,12 @@ def _call_seconds(options: tuple[str, ...], schedules: str) -> float:
 
 def exploration(rounds: int) -> dict:
     """One schedule of an 8-rank test against one plain run, best of `rounds` each."""
-    plain, scheduled = [], []
+    plain, scheduled, one_cpu = [], [], []
     with tempfile.TemporaryDirectory() as schedules:
         for _ in range(rounds):
             plain.append(_call_seconds((), schedules))
             scheduled.append(_call_seconds(("--xla-schedules=1",), schedules))
+            one_cpu.append(_call_seconds((), schedules, pinned=True))
     return {
         "op": "races_schedule",
         "mode": MODE,
@@ -81,6 +87,8 @@ def exploration(rounds: int) -> dict:
         "xlasim_s": min(scheduled),
         "plain_s": min(plain),
         "scheduled_over_plain": min(scheduled) / min(plain),
+        "one_cpu_s": min(one_cpu),
+        "scheduled_over_one_cpu": min(scheduled) / min(one_cpu),
         "test": EXPLORED_TEST,
         "load": os.getloadavg(),
     }
@@ -100,7 +108,13 @@ def detection_line(r: dict) -> str:
 
 def schedule_line(r: dict) -> str:
     load = _load(r)
+    floor = (
+        f"; plain on one CPU {r['one_cpu_s']:.2f} s, the floor: schedule / that "
+        f"{r['scheduled_over_one_cpu']:.2f}x"
+        if "one_cpu_s" in r
+        else ""
+    )
     return (
         f"one schedule of {r['test'].split('::')[-1]} (8 ranks): call {r['xlasim_s']:.2f} s, "
-        f"plain {r['plain_s']:.2f} s ({r['scheduled_over_plain']:.2f}x{load})"
+        f"plain {r['plain_s']:.2f} s ({r['scheduled_over_plain']:.2f}x{load}){floor}"
     )

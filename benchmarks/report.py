@@ -323,6 +323,20 @@ ISSUE27_TARGETS = [
         times,
         optional=True,
     ),
+    Target(
+        27,
+        "one exploration schedule / the plain call pinned to one CPU (ranks taking turns "
+        "cannot overlap: the floor of a schedule)",
+        "races_schedule",
+        None,
+        8,
+        "isolated",
+        "scheduled_over_one_cpu",
+        "<=",
+        1.1,
+        times,
+        optional=True,
+    ),
 ]
 
 TARGETS = (

@@ -2,6 +2,8 @@
 
 import re
 
+import pytest
+
 
 def test_races_are_reported_only_when_asked_and_not_for_the_fixed_twin(run_inner):
     args = ("--xla-devices=4", "--xla-processes=1", "-k", "planted or fixed")
@@ -66,3 +68,14 @@ def test_schedules_under_xdist_and_hypothesis(run_inner, inner_environment, pyte
     result, got = run_inner("inner_races.py", *args, f"--xla-schedule={seed}")
     assert set(got.values()) == {"FAILED"}, result.stdout.str()
     result.stdout.fnmatch_lines([f"schedule {seed}: it took the recorded interleaving*"])
+
+
+def test_schedules_are_refused_on_a_pod_before_any_rank_starts(run_inner):
+    args = ("--xla-topology=v4-16", "--xla-machines=2", "--xla-machine-rank=0")
+    args += ("--xla-rendezvous=127.0.0.1:29763", "--xla-schedules=3", "-k", "fixed")
+    result, got = run_inner("inner_races.py", *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR and got == {}, result.stdout.str()
+    result.stderr.fnmatch_lines(
+        ["*xlasim: --xla-schedules is refused on a pod of several machines (--machines)*"]
+    )
+    assert "starting the ranks" not in result.stdout.str() + result.stderr.str()

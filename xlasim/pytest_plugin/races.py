@@ -9,11 +9,15 @@ from pathlib import Path
 
 import pytest
 
+from ..races import refused_on_a_pod
 from ..races.settings import RACES_ENV, SCHEDULE_DIR_ENV, SCHEDULE_ENV, variable
 from . import session
+from .settings import resolve
 
 
+@pytest.hookimpl(tryfirst=True)  # before the session's world starts, or joins its pod
 def pytest_configure(config: pytest.Config) -> None:
+    _refuse_schedules_on_a_pod(config)
     wanted = {}
     if config.getoption("xla_races", False):
         wanted[RACES_ENV] = "1"
@@ -26,6 +30,21 @@ def pytest_configure(config: pytest.Config) -> None:
         setting = variable(name, value)
         setting.__enter__()
         config.add_cleanup(lambda setting=setting: setting.__exit__(None, None, None))
+
+
+def _refuse_schedules_on_a_pod(config: pytest.Config) -> None:
+    """A schedule on a pod of several machines is a usage error before any rank starts, as
+    `xlasim run` refuses it (docs/races.md, "Pods")."""
+    asked = [
+        flag
+        for flag, value in (
+            ("--xla-schedule", config.getoption("xla_schedule", None)),
+            ("--xla-schedules", config.getoption("xla_schedules", None)),
+        )
+        if value
+    ]
+    if asked and session.is_active(config) and resolve(config).pod is not None:
+        raise pytest.UsageError(f"xlasim: {refused_on_a_pod(' and '.join(asked))}")
 
 
 def _schedule_directory(config: pytest.Config) -> Path:
