@@ -21,4 +21,5 @@ pytest_plugins = [
     "xlasim.pytest_plugin.races",
     "xlasim.pytest_plugin.pods",
     "xlasim.pytest_plugin.debugging",
+    "xlasim.pytest_plugin.coverage_combine",
 ]

@@ -180,9 +180,10 @@ class ThreadRanks:
     def check(self, run: Run) -> None:
         """Threads cannot die under a run without reporting: nothing to watch."""
 
-    def flush_events(self) -> None:
-        """Rank threads record into this process's recorder, which the trace's writer
-        flushes (a stuck thread is abandoned, not killed: its events stay in memory)."""
+    def flush_records(self) -> None:
+        """Rank threads record into this process's recorder and coverage.py measurement,
+        which their owners write out (a stuck thread is abandoned, not killed: its events stay
+        in memory)."""
 
     def finished(self, run: Run) -> None:
         """Runs hold no resources of this backend."""
