@@ -49,6 +49,8 @@ class OnRank:
     arguments: Mapping[str, Any] = field(default_factory=dict)
 
     def __getattr__(self, attribute: str) -> Any:
+        if attribute.startswith("__") or "name" not in self.__dict__:  # pickle's look-ups
+            raise AttributeError(attribute)
         raise AttributeError(
             f"fixture {self.name!r}.{attribute} was read in the pytest process: in a "
             "@pytest.mark.xla test it is made on each rank, so only the test body (and other "
