@@ -4,36 +4,24 @@ failing rank and its traceback in the XML) and pytest-timeout's `--timeout` (eve
 the world reused after)."""
 
 import xml.etree.ElementTree as ET
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from .conftest import HERE, outcomes
 
-Run = Callable[..., tuple[pytest.RunResult, dict[str, str]]]
-
-
-@pytest.fixture
-def run_habits(pytester: pytest.Pytester, inner_environment: pytest.MonkeyPatch) -> Run:
-    """Run inner_habits.py on 2 cores in the default mode, with pytest's cache (`--lf`, `--sw`)."""
-    pytester.makepyfile(test_inner=(HERE / "inner_habits.py").read_text())
-
-    def run(*args: str) -> tuple[pytest.RunResult, dict[str, str]]:
-        result = pytester.runpytest_subprocess("-rA", "--xla-devices=2", *args, timeout=300)
-        return result, outcomes(result)
-
-    return run
+def run_habits(run_inner, *args: str) -> tuple[pytest.RunResult, dict[str, str]]:
+    """inner_habits.py on 2 cores in the default mode, with pytest's cache (`--lf`, `--sw`)."""
+    return run_inner("inner_habits.py", "--xla-devices=2", *args, cache=True)
 
 
-def test_exitfirst(run_habits: Run) -> None:
-    result, got = run_habits("-x")
+def test_exitfirst(run_inner) -> None:
+    result, got = run_habits(run_inner, "-x")
     assert got == {"test_passes": "PASSED", "test_fails_on_rank_1": "FAILED"}, result.stdout.str()
 
 
 @pytest.mark.slow
-def test_timeout_junitxml_durations(run_habits: Run, pytester: pytest.Pytester) -> None:
-    result, got = run_habits("--timeout=4", "--junitxml=junit.xml", "--durations=0")
+def test_timeout_junitxml_durations(run_inner, pytester: pytest.Pytester) -> None:
+    result, got = run_habits(run_inner, "--timeout=4", "--junitxml=junit.xml", "--durations=0")
     assert got == {
         "test_passes": "PASSED",
         "test_fails_on_rank_1": "FAILED",
@@ -66,11 +54,13 @@ def test_timeout_junitxml_durations(run_habits: Run, pytester: pytest.Pytester) 
 
 
 @pytest.mark.slow
-def test_last_failed_and_stepwise(run_habits: Run) -> None:
-    run_habits("-k", "not hangs")
-    result, got = run_habits("--lf", "-k", "not hangs")
+def test_last_failed_and_stepwise(run_inner) -> None:
+    run_habits(run_inner, "-k", "not hangs")
+    result, got = run_habits(run_inner, "--lf", "-k", "not hangs")
     assert got == {"test_fails_on_rank_1": "FAILED"}, result.stdout.str()
-    result, got = run_habits("--sw", "-k", "not hangs")
+    result, got = run_habits(run_inner, "--sw", "-k", "not hangs")
     assert got == {"test_passes": "PASSED", "test_fails_on_rank_1": "FAILED"}, result.stdout.str()
-    result, got = run_habits("--sw", "-k", "not hangs")  # starts again at the failing test
+    result, got = run_habits(
+        run_inner, "--sw", "-k", "not hangs"
+    )  # starts again at the failing test
     assert got == {"test_fails_on_rank_1": "FAILED"}, result.stdout.str()
