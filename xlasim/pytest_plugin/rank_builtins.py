@@ -37,6 +37,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext, supp
 from typing import Any
 
 import pytest
+from _pytest.capture import CaptureResult  # pytest 9 no longer exports it as pytest.CaptureResult
 
 from ..base import rank_context
 from ..reports import rank_output
@@ -54,15 +55,15 @@ class RankCapture:
         self._descriptors = descriptors
         self._undisturbed: Callable[[], AbstractContextManager[None]] = nullcontext
 
-    def readouterr(self) -> pytest.CaptureResult:
+    def readouterr(self) -> CaptureResult:
         """What the rank wrote to stdout and stderr since the last call (or the test's start)."""
         if self._descriptors is not None:
             out, err = self._descriptors.take()
         else:
             out, err = (_take(stream) for stream in self._streams)
         if self._binary:
-            return pytest.CaptureResult(out.encode(), err.encode())
-        return pytest.CaptureResult(out, err)
+            return CaptureResult(out.encode(), err.encode())
+        return CaptureResult(out, err)
 
     @contextmanager
     def disabled(self) -> Iterator[None]:
