@@ -54,14 +54,7 @@ class RankThread:
         A rank stuck in user code cannot be killed, but it must not run on: it would burn a
         core for the rest of the process, and a thread still inside XLA's C++ code when the
         interpreter exits aborts the process ("terminate called without an active exception").
-
-        Not while a tracer runs in this process (coverage.py's, a debugger's): an exception
-        pending for a thread blocked in C code (an `Event.wait()`) then kept this process's
-        main thread spinning in its traced lines for good (CPython 3.11, seen with pytest-cov in
-        the threads mode); the thread is abandoned uninterrupted instead.
         """
-        if sys.gettrace() is not None:
-            return
         if self.thread.ident is not None and self.thread.is_alive():
             ctypes.pythonapi.PyThreadState_SetAsyncExc(
                 ctypes.c_ulong(self.thread.ident), ctypes.py_object(RankAbandoned)
