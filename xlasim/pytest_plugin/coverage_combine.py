@@ -1,11 +1,13 @@
-"""pytest-cov's report counts what the ranks ran: their worker processes' coverage data is
-written out before pytest-cov combines it with this process's.
+"""pytest-cov's report counts what the ranks ran: their worker processes have written their
+coverage data before pytest-cov combines it with this process's.
 
 Ranks in worker processes measure themselves with this process's coverage.py configuration and
 write parallel data files beside its own (xlasim/ranks/rank_coverage.py); pytest-cov combines
 the data files it finds there when the test loop ends, in its `pytest_runtestloop` wrapper. This
-wrapper runs inside that one (`trylast`: its code after the loop runs first) and has every
-worker save its data. Ranks that are threads of this process are measured by its own coverage.
+wrapper runs inside that one (`trylast`: its code after the loop runs first) and closes the
+warm world, whose workers save their data as they stop: a worker still measuring after the
+combination would leave a data file of its own behind (coverage.py saves again at a process's
+end). Ranks that are threads of this process are measured by its own coverage.
 """
 
 from __future__ import annotations
@@ -27,14 +29,13 @@ def pytest_runtestloop(session: pytest.Session) -> Generator[None, object, objec
 
 
 def _save_ranks_coverage() -> None:
-    """Have the world's worker processes write their coverage data, when coverage.py measures
-    this session (nothing to do, and nothing imported, otherwise)."""
+    """Stop the world's worker processes, which write their coverage data as they stop, when
+    coverage.py measures this session (nothing to do, and nothing imported, otherwise). The
+    test loop is over: a later launch starts a world afresh."""
     from ..ranks import rank_coverage
 
     if rank_coverage.requested() is None:
         return
-    from ..ranks.warm_world import started
+    from ..ranks import warm_world
 
-    world = started()
-    if world is not None:
-        world.flush()
+    warm_world.close()

@@ -210,7 +210,7 @@ def main(spec: WorkerSpec, control: Connection) -> None:
             rank_coverage.save()
             control.send(("flush", None))
         elif message[0] == "stop":
-            rank_coverage.save()  # not left to the `_exit` patch: `xlasim run` showed none
+            rank_coverage.save()  # as it stops, whatever way its process then ends
             return
 
 

@@ -302,12 +302,6 @@ class World:
         agree = getattr(self._ranks, "agree", None)  # only `MachineRanks` has other machines
         return {} if agree is None else agree(topic, text, timeout)
 
-    def flush(self) -> None:
-        """Have ranks in other processes write out what they recorded so far (events, coverage
-        data), for this process to read now: the pytest plugin asks before pytest-cov combines
-        coverage data. Threads record into this process: nothing to do for them."""
-        self._ranks.flush_records()
-
     def close(self) -> list[int]:
         """Stop the world's ranks; returns the ranks that could not be stopped (stuck in
         native code), which would abort the interpreter at exit."""
