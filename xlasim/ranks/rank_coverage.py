@@ -37,6 +37,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from ..base.environment import variable_set
+
 #: The variable coverage.py's start-up hook reads a serialized configuration from.
 CONFIG_ENV = "COVERAGE_PROCESS_CONFIG"
 #: The variables that make coverage.py's start-up hook measure a new interpreter.
@@ -98,7 +100,7 @@ def follow(config: str | None, directory: str) -> bool:
     import coverage
 
     _stop()
-    with _variable(CONFIG_ENV, config), _directory(directory):
+    with variable_set(CONFIG_ENV, config), _directory(directory):
         _measuring = coverage.process_startup(force=True)
     _following = config
     return _measuring is not None
@@ -129,21 +131,6 @@ def unmeasured_start() -> Iterator[None]:
         yield
     finally:
         os.environ.update(saved)
-
-
-@contextmanager
-def _variable(name: str, value: str) -> Iterator[None]:
-    """`name=value` in the environment while inside: only coverage.py's start-up reads it; the
-    ranks' own subprocesses see the launching process's environment (each job brings it)."""
-    saved = os.environ.get(name)
-    os.environ[name] = value
-    try:
-        yield
-    finally:
-        if saved is None:
-            del os.environ[name]
-        else:
-            os.environ[name] = saved
 
 
 @contextmanager
