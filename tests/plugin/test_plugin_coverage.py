@@ -9,6 +9,7 @@ the hung rank's lines included, and only the line no rank reaches missing.
 """
 
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -46,7 +47,7 @@ def _check_ranks_counted(measured: dict[str, dict[str, list]]) -> None:
 @pytest.fixture
 def project(pytester: pytest.Pytester, inner_environment: pytest.MonkeyPatch) -> Path:
     shutil.copytree(PROJECT, pytester.path, dirs_exist_ok=True)
-    inner_environment.setenv("PYTHONPATH", str(pytester.path))
+    inner_environment.setenv("PYTHONPATH", str(pytester.path), prepend=os.pathsep)
     return pytester.path
 
 
