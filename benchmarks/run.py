@@ -2,7 +2,8 @@
 compilation and the cost of tracing, in both xlasim modes (isolated ranks, the default, and
 threads), each against peers from the same run.
 
-    python benchmarks/run.py [--quick] [--suite] [--compile-only] [--races] [--json PATH]
+    python benchmarks/run.py [--quick] [--suite] [--compile-only] [--coverage-only [BEFORE]]
+                             [--races] [--json PATH]
 
 Every measure runs in a bounded child process (see processes.py); this process collects the
 records and prints the table and the targets. The machine may be shared, so figures are judged
