@@ -75,6 +75,8 @@ def test_pytest_cov_counts_the_ranks(pytester: pytest.Pytester, project: Path) -
         )  # fmt: skip
         result.assert_outcomes(passed=3, failed=2)
         measured[mode] = _measured(project / f"{mode}.json")
+        left = sorted(path.name for path in project.glob(".coverage.*"))
+        assert not left, f"{mode}: data files written after pytest-cov combined: {left}"
     _check_ranks_counted(measured["default"])
     assert measured["default"] == measured["threads"]
 
