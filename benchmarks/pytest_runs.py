@@ -100,9 +100,13 @@ def write_conftest(directory: Path) -> None:
     (directory / "conftest.py").write_text(_CONFTEST.replace("{SPAN_TAG}", SPAN_TAG))
 
 
-def passed_run(directory: Path, path: Path, mode: str) -> tuple[float, float]:
-    """(span of the timed tests, wall seconds) of one pytest run of `path`; every test must pass."""
-    finished = run_bounded(pytest_command(mode, path.name), PYTEST_TIMEOUT_S, cwd=directory)
+def passed_run(
+    directory: Path, path: Path, mode: str, env: dict | None = None
+) -> tuple[float, float]:
+    """(span of the timed tests, wall seconds) of one pytest run of `path`, in the environment
+    `env` (this process's when None); every test must pass."""
+    command = pytest_command(mode, path.name)
+    finished = run_bounded(command, PYTEST_TIMEOUT_S, cwd=directory, env=env)
     spans = [line for line in finished.stdout.splitlines() if line.startswith(SPAN_TAG)]
     if not finished.ok or f"{TESTS + 1} passed" not in finished.stdout or not spans:
         raise RuntimeError(
@@ -111,16 +115,17 @@ def passed_run(directory: Path, path: Path, mode: str) -> tuple[float, float]:
     return float(spans[-1][len(SPAN_TAG) :]), finished.seconds
 
 
-def dispatch(rounds: int, mode: str) -> dict:
-    """Per-test overhead of a marked test over a plain one, best of `rounds` alternated runs."""
+def dispatch(rounds: int, mode: str, env: dict | None = None) -> dict:
+    """Per-test overhead of a marked test over a plain one, best of `rounds` alternated runs
+    (in the environment `env`: another checkout's xlasim on PYTHONPATH, `coverage_cost`)."""
     with tempfile.TemporaryDirectory(prefix="xlasim-bench-") as name:
         directory = Path(name)
         write_conftest(directory)
         plain, marked = write_tests(directory, marked=False), write_tests(directory, marked=True)
         plain_runs, marked_runs = [], []
         for _ in range(rounds):
-            plain_runs.append(passed_run(directory, plain, mode))
-            marked_runs.append(passed_run(directory, marked, mode))
+            plain_runs.append(passed_run(directory, plain, mode, env))
+            marked_runs.append(passed_run(directory, marked, mode, env))
     plain_span, plain_wall = min(plain_runs)
     marked_span, marked_wall = min(marked_runs)
     return {

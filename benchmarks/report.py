@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import coverage_cost
 import races
 from common import KIB, MIB, MODES
 
@@ -339,6 +340,20 @@ ISSUE27_TARGETS = [
     ),
 ]
 
+ISSUE33_TARGET = Target(
+    33,
+    "suite subset: (--cov / without) isolated over (--cov / without) threads",
+    "coverage_cost",
+    None,
+    8,
+    "isolated",
+    "isolated_cost_over_threads",
+    "<=",
+    1.0,
+    times,
+    optional=True,
+)
+
 TARGETS = (
     *(target for mode in MODES for target in issue6_targets(mode)),
     Target(
@@ -371,6 +386,7 @@ TARGETS = (
     *(target for mode in MODES for target in issue26_targets(mode)),
     ISSUE26_DEMO_TARGET,
     *ISSUE27_TARGETS,
+    ISSUE33_TARGET,
 )
 
 
@@ -537,6 +553,8 @@ OTHER_LINES: dict[str, Callable[[Record], str]] = {
     "trace_demo": trace_demo_line,
     "races_detection": races.detection_line,
     "races_schedule": races.schedule_line,
+    "coverage_cost": coverage_cost.cost_line,
+    "coverage_dispatch": coverage_cost.dispatch_line,
 }
 
 

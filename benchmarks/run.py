@@ -2,7 +2,8 @@
 compilation and the cost of tracing, in both xlasim modes (isolated ranks, the default, and
 threads), each against peers from the same run.
 
-    python benchmarks/run.py [--quick] [--suite] [--compile-only] [--races] [--json PATH]
+    python benchmarks/run.py [--quick] [--suite] [--compile-only] [--coverage-only [BEFORE]]
+                             [--races] [--json PATH]
 
 Every measure runs in a bounded child process (see processes.py); this process collects the
 records and prints the table and the targets. The machine may be shared, so figures are judged
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import arithmetic
+import coverage_cost
 import pods
 import pytest_runs
 import races
@@ -229,6 +231,22 @@ def suite_records(paths: list[str], notes: list[str], progress: Progress) -> lis
     return [complete(r) for r in records]
 
 
+def coverage_records(
+    before: Path | None, rounds: int, notes: list[str], progress: Progress
+) -> list[Record]:
+    """Issue 33: coverage's cost in each mode, and the plugin's per-test overhead with no tool
+    on, for this checkout and `before` (another checkout: main, for a change's "before")."""
+    progress(f"coverage: {' '.join(coverage_cost.SUBSET)} with and without --cov, both modes")
+    records = guarded(coverage_cost.cost, "coverage cost", notes)
+    for checkout in (pytest_runs.REPO, before) if before is not None else (pytest_runs.REPO,):
+        progress(f"coverage: per-test overhead, no tool on, xlasim of {checkout}")
+        try:
+            records += coverage_cost.dispatch(checkout, rounds)
+        except Exception as error:
+            notes.append(f"per-test overhead ({checkout}): {error}")
+    return [complete(r) for r in records]
+
+
 def race_records(rounds: int, notes: list[str], progress: Progress) -> list[Record]:
     """Race detection on against off, and one schedule against a plain run (issue 27)."""
     progress("races: pytest tests/properties with and without --xla-races")
@@ -269,6 +287,15 @@ def arguments() -> argparse.Namespace:
         "one exploration schedule of an 8-rank test (~10 min)",
     )
     parser.add_argument(
+        "--coverage-only",
+        nargs="?",
+        const=True,
+        metavar="BEFORE",
+        help="only issue 33's measures: a suite subset with and without --cov in both modes, "
+        "and the per-test overhead with no tool on, here and in the checkout BEFORE if given "
+        "(~10 min)",
+    )
+    parser.add_argument(
         "--pods",
         action="store_true",
         help="also time a pod across namespaced machines: all_reduce against gloo between "
@@ -285,6 +312,10 @@ def main() -> None:
     device_counts, repeats, rounds = ((2, 8), 3, 2) if args.quick else ((2, 8, 32), 5, 3)
     progress, notes = Progress(), []
     run = run_record(args.quick)
+    if args.coverage_only:
+        before = None if args.coverage_only is True else Path(args.coverage_only).resolve()
+        finish([run, *coverage_records(before, 3, notes, progress)], notes, progress, args.json, 33)
+        return
     if args.compile_only:
         finish([run, *compile_records(notes, progress)], notes, progress, args.json, issue=24)
         return

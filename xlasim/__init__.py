@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from .base.topology import Topology
     from .emulation.spmd import SpmdRefusedError
     from .emulation.world_of_one import OutsideWorldWarning
+    from .pytest_plugin.rank_fixtures import rank_fixture
     from .ranks.world import World
     from .reports.rank_outcome import Collect, RankOutcome
     from .tpu.memory import HostMemoryError, ResourceExhaustedError
@@ -65,6 +66,7 @@ _EXPORTS = {
     "SpmdRefusedError": "emulation.spmd",
     "OutsideWorldWarning": "emulation.world_of_one",
     "World": "ranks.world",
+    "rank_fixture": "pytest_plugin.rank_fixtures",
     "ResourceExhaustedError": "tpu.memory",
     "HostMemoryError": "tpu.memory",
 }
@@ -99,6 +101,7 @@ __all__ = [
     "emulate",
     "is_emulated",
     "max_devices",
+    "rank_fixture",
     "world",
 ]
 

@@ -55,6 +55,10 @@ MUST_STAY_LAZY = {
     ("xlasim.activation", "xlasim.ranks.warm_world"),
     ("xlasim.base.rank_context", "torch_xla"),
     ("xlasim.cli", "xlasim.ranks.warm_world"),
+    # Ranks' coverage: the world only when coverage.py measures the session (issue 33 item 3).
+    ("xlasim.pytest_plugin.coverage_combine", "xlasim.ranks.warm_world"),
+    # A rank's capfd asks its own process's device count, on the rank.
+    ("xlasim.pytest_plugin.rank_builtins", "torch_xla.runtime"),
     # Recording's wrappers: torch only once a launch is traced (docs/events.md).
     ("xlasim.events.hooks", "torch"),
     ("xlasim.events.hooks", "torch.distributed"),

@@ -57,9 +57,10 @@ def run_inner(
     Returns the result and each inner test's outcome by name.
     """
 
-    def run(inner: str, *args: str) -> tuple[pytest.RunResult, dict[str, str]]:
+    def run(inner: str, *args: str, cache: bool = False) -> tuple[pytest.RunResult, dict[str, str]]:
         pytester.makepyfile(test_inner=(HERE / inner).read_text())
-        result = pytester.runpytest_subprocess("-rA", "-p", "no:cacheprovider", *args, timeout=300)
+        no_cache = () if cache else ("-p", "no:cacheprovider")  # `--lf`, `--sw` need it
+        result = pytester.runpytest_subprocess("-rA", *no_cache, *args, timeout=300)
         return result, outcomes(result)
 
     return run

@@ -11,6 +11,7 @@ pytest_plugins = [
     "xlasim.pytest_plugin.options",
     "xlasim.pytest_plugin.markers",
     "xlasim.pytest_plugin.backend_choice",
+    "xlasim.pytest_plugin.timeouts",
     "xlasim.pytest_plugin.fixtures",
     "xlasim.pytest_plugin.ranks",
     "xlasim.pytest_plugin.spmd",
@@ -21,4 +22,5 @@ pytest_plugins = [
     "xlasim.pytest_plugin.races",
     "xlasim.pytest_plugin.pods",
     "xlasim.pytest_plugin.debugging",
+    "xlasim.pytest_plugin.coverage_combine",
 ]

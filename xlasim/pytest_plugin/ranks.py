@@ -11,16 +11,16 @@ skips are tallied by reason for the header (`reporting`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
 
 from ..base.errors import XlasimError
 from . import marker_args
-from .handles import RankPlaceholder, XlaRank
 from .outcomes import outcomes_key, settle
 from .rank_debugging import test_body
+from .rank_fixtures import OnRank, for_ranks, made
 from .remote import NotPicklableError
 from .session import executor, is_active, is_xdist_controller, run_ranks
 from .timeouts import timeout_for
@@ -62,14 +62,13 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     config.stash[size_skips_key] = tally
 
 
-def call_test(fn: Callable[..., Any], kwargs: dict[str, Any]) -> None:
-    """What each rank runs: the test function, with `xla_rank` filled in for this rank."""
-    rank_view = None
-    for name, value in kwargs.items():
-        if isinstance(value, RankPlaceholder):
-            rank_view = rank_view or XlaRank.current()
-            kwargs = {**kwargs, name: rank_view}
-    fn(**kwargs)
+def call_test(
+    fn: Callable[..., Any], kwargs: dict[str, Any], others: Sequence[OnRank] = ()
+) -> None:
+    """What each rank runs: the test function, with `xla_rank` and the fixtures made on ranks
+    (`rank_fixtures`) made for this rank."""
+    with made(kwargs, others) as values:
+        fn(**values)
 
 
 def _what_did_not_pickle(
@@ -117,19 +116,21 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     if pyfuncitem.get_closest_marker("xla") is None:
         return None
     fn = test_body(pyfuncitem)  # under --trace, started under pdb on the ranks
-    kwargs = {arg: pyfuncitem.funcargs[arg] for arg in pyfuncitem._fixtureinfo.argnames}
+    argnames = pyfuncitem._fixtureinfo.argnames
+    kwargs, others = for_ranks(pyfuncitem, pyfuncitem.funcargs, argnames)
     try:
         outcomes = run_ranks(
             pyfuncitem.config,
             call_test,
-            (fn, kwargs),
+            (fn, kwargs, others),
             {},
             size=world_size(pyfuncitem),
             timeout=timeout_for(pyfuncitem),
             item=pyfuncitem,
         )
     except NotPicklableError as error:
-        raise XlasimError(_what_did_not_pickle(pyfuncitem, kwargs, error)) from None
+        sent = {**kwargs, **{fixture.name: fixture for fixture in others}}
+        raise XlasimError(_what_did_not_pickle(pyfuncitem, sent, error)) from None
     pyfuncitem.stash[outcomes_key] = outcomes
     settle(outcomes)
     return True

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from ..base.emulated_slice import is_emulated
+from ..base.environment import variable_set
 from ..base.errors import RuntimeAlreadyStartedError, XlasimError
 from ..events.recorder import TRACE_ENV
 from ..races import interleavings
@@ -255,15 +256,8 @@ def traced(config: pytest.Config, item: pytest.Item | None) -> Iterator[Path | N
         return
     name = re.sub(r"[^\w.=-]+", "_", item.nodeid if item is not None else "session").strip("_")
     directory = Path(root).absolute() / name
-    saved = os.environ.get(TRACE_ENV)
-    os.environ[TRACE_ENV] = str(directory)
-    try:
+    with variable_set(TRACE_ENV, str(directory)):
         yield directory
-    finally:
-        if saved is None:
-            del os.environ[TRACE_ENV]
-        else:
-            os.environ[TRACE_ENV] = saved
 
 
 @contextmanager

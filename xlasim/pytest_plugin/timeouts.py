@@ -4,6 +4,12 @@
 The bound is enforced by the backend (the emulated world aborts the run, reports every rank's
 stack and replaces the stuck threads; the native one kills and restarts its workers), so a
 hang fails one test and the session goes on.
+
+pytest-timeout's `--timeout` (its `timeout` marker, `PYTEST_TIMEOUT`) bounds a marked test too:
+its alarm would interrupt the pytest process while the ranks run on, with no rank's stack and
+a world left mid-run. So for a test whose body runs on ranks this plugin takes over the timer
+(pytest-timeout's `pytest_timeout_set_timer` hook) and enforces the shorter of the two bounds as
+the world's: a rank that hangs past it gets every rank's stack, and the world is reused.
 """
 
 from __future__ import annotations
@@ -13,13 +19,34 @@ import pytest
 from . import marker_args
 from .settings import resolve
 
+#: pytest-timeout's bound of a test whose world runs enforce it (`pytest_timeout_set_timer`).
+pytest_timeout_key = pytest.StashKey[float]()
+
 
 def timeout_for(item: pytest.Item) -> float:
     """The closest marker's bound (`xla(timeout=...)` or `xla_timeout(...)`), else the
     session's. Markers were checked at collection (`markers`)."""
+    own = resolve(item.config).timeout
     for mark in item.iter_markers():
         if mark.name in ("xla", "xla_timeout"):
             seconds = marker_args.timeout(mark)
             if seconds is not None:
-                return seconds
-    return resolve(item.config).timeout
+                own = seconds
+                break
+    return min(own, item.stash.get(pytest_timeout_key, own))
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_timeout_set_timer(item: pytest.Item, settings: object) -> bool | None:
+    """pytest-timeout's bound on a test whose body runs on ranks: the world's runs enforce it
+    (`timeout_for`), and pytest-timeout sets no alarm of its own. Other tests: pytest-timeout's.
+
+    Args:
+        item: the test pytest-timeout is about to time.
+        settings: pytest-timeout's settings for it (`timeout` in seconds, 0 or None for none).
+    """
+    seconds = getattr(settings, "timeout", None)
+    if not seconds or item.get_closest_marker("xla") is None:
+        return None
+    item.stash[pytest_timeout_key] = float(seconds)
+    return True

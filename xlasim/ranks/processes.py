@@ -38,7 +38,7 @@ from ..base.topology import Topology
 from ..emulation import patches
 from ..emulation.rendezvous import Run
 from ..reports.hang_report import rank_span
-from . import shared_payloads, worker
+from . import rank_coverage, shared_payloads, worker
 from .zygote import zygote
 
 STARTUP_TIMEOUT_S = 180.0
@@ -348,6 +348,7 @@ class ProcessRanks:
         if dead:  # died between launches: start afresh rather than send it a job
             self.recover([self._processes[i].ranks.start for i in dead])
         involved = [p for p in self._processes.values() if p.ranks.start < len(jobs)]
+        coverage = rank_coverage.requested()
         specs = {}
         for process in involved:
             mine = {r: jobs[r] for r in process.ranks if r < len(jobs)}
@@ -360,6 +361,7 @@ class ProcessRanks:
                 os.getcwd(),
                 _main_path(),
                 run.collect,
+                coverage,
             )
         for process in involved:  # every worker ready before any rank starts waiting on others
             process.wait_ready()
@@ -397,9 +399,9 @@ class ProcessRanks:
             return ("<nowhere: its worker process is gone>", "    (no stack)\n")
         return process.where().get(rank, ("<process not answering>", "    (no stack)\n"))
 
-    def flush_events(self) -> None:
-        """Have every worker write out the events its ranks recorded (docs/events.md): ranks
-        stuck in a failed run, before their processes are replaced."""
+    def flush_records(self) -> None:
+        """Have every worker write out what its ranks recorded: events (docs/events.md) and
+        coverage data (`rank_coverage.py`)."""
         for process in self._processes.values():
             process.ask("flush")
 

@@ -54,7 +54,11 @@ class RankThread:
         A rank stuck in user code cannot be killed, but it must not run on: it would burn a
         core for the rest of the process, and a thread still inside XLA's C++ code when the
         interpreter exits aborts the process ("terminate called without an active exception").
+
+        Not while this process is traced (`_traced`): the thread is then abandoned as it is.
         """
+        if _traced():
+            return
         if self.thread.ident is not None and self.thread.is_alive():
             ctypes.pythonapi.PyThreadState_SetAsyncExc(
                 ctypes.c_ulong(self.thread.ident), ctypes.py_object(RankAbandoned)
@@ -148,6 +152,19 @@ class RankThread:
         return thread_stack(self.thread)
 
 
+def _traced() -> bool:
+    """Whether a tracer or profiler runs in this process (coverage.py's, a debugger's, a
+    profiler's), in which case no rank thread may be interrupted.
+
+    CPython 3.11 keeps an exception raised in another thread pending for the whole interpreter
+    until that thread runs Python code again, and a traced thread then loops for good at its
+    next function call: a rank blocked in C (`Event.wait()`, a lock) never takes it, and the
+    pytest process spun in `ThreadRanks.recover` under pytest-cov in the threads mode."""
+    if sys.gettrace() or sys.getprofile() or threading.gettrace() or threading.getprofile():
+        return True
+    return any(frame.f_trace is not None for frame in sys._current_frames().values())
+
+
 def _flush_std_streams() -> None:
     """Put out what the rank printed before its launch returns. A TPU process flushes at its
     exit, which ends the launch; a worker process outlives launches, and its stdout is a
@@ -180,9 +197,10 @@ class ThreadRanks:
     def check(self, run: Run) -> None:
         """Threads cannot die under a run without reporting: nothing to watch."""
 
-    def flush_events(self) -> None:
-        """Rank threads record into this process's recorder, which the trace's writer
-        flushes (a stuck thread is abandoned, not killed: its events stay in memory)."""
+    def flush_records(self) -> None:
+        """Rank threads record into this process's recorder and coverage.py measurement,
+        which their owners write out (a stuck thread is abandoned, not killed: its events stay
+        in memory)."""
 
     def finished(self, run: Run) -> None:
         """Runs hold no resources of this backend."""

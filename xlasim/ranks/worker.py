@@ -34,7 +34,7 @@ from ..races.watch import synchronizing
 from ..reports import rank_debugger, rank_output
 from ..reports.debugger_desk import Request
 from ..reports.rank_outcome import Collect, RankOutcome
-from . import launch_reset, shared_payloads
+from . import launch_reset, rank_coverage, shared_payloads
 from .threads import RankThread
 
 
@@ -69,6 +69,8 @@ class JobSpec:
     main_path: str | None
     #: What the ranks record in their outcomes beyond result and error.
     collect: Collect
+    #: The coverage.py configuration to measure with (`rank_coverage.requested`), or None.
+    coverage: str | None = None
 
 
 class Link:
@@ -189,6 +191,8 @@ def main(spec: WorkerSpec, control: Connection) -> None:
             launch_reset.restore_environment({**job.environment, **overrides})
             hooks.follow(job.environment.get(recorder.TRACE_ENV))
             os.chdir(spec.host_root or job.cwd)
+            if rank_coverage.follow(job.coverage, job.cwd):
+                ranks = _renewed(ranks)  # coverage.py follows threads started after it
             launch_reset.reseed_cpu_generators()
             client = RunClient(job.job, job.size, topology, links, spec.store_port, job.collect)
             try:
@@ -203,9 +207,18 @@ def main(spec: WorkerSpec, control: Connection) -> None:
             tracer = recorder.current()
             if tracer is not None:
                 tracer.flush()
+            rank_coverage.save()
             control.send(("flush", None))
         elif message[0] == "stop":
+            rank_coverage.save()  # as it stops, whatever way its process then ends
             return
+
+
+def _renewed(ranks: dict[int, RankThread]) -> dict[int, RankThread]:
+    """The same ranks on fresh threads (the old ones, idle between jobs, exit)."""
+    for thread in ranks.values():
+        thread.retire()
+    return {rank: RankThread(rank, thread.device) for rank, thread in ranks.items()}
 
 
 def _share_the_cpus(topology: Topology) -> None:

@@ -56,9 +56,8 @@ class Ranks(RankReporter, Protocol):
     def finished(self, run: Run) -> None:
         """The run ended: let go of what it held."""
 
-    def flush_events(self) -> None:
-        """Write out the events the ranks recorded (docs/events.md), before stuck ranks are
-        replaced."""
+    def flush_records(self) -> None:
+        """Write out what the ranks recorded: events (docs/events.md), coverage data."""
 
     def recover(self, stuck: list[int]) -> None:
         """Replace the ranks that could not be released, so the next run starts clean."""
@@ -275,7 +274,7 @@ class World:
         self._ranks.finished(run)
         if not run.stopped():
             if self.trace is not None and self.trace.directory is not None:
-                self._ranks.flush_events()  # what stuck ranks recorded, before they are replaced
+                self._ranks.flush_records()  # what stuck ranks recorded, before they are replaced
             self._ranks.recover(run.unfinished_ranks())
 
     @staticmethod

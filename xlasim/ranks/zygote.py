@@ -19,6 +19,7 @@ from multiprocessing import context as mp_context
 from multiprocessing import forkserver, get_context
 
 from ..base.errors import XlasimError
+from .rank_coverage import unmeasured_start
 
 #: Imported once by the zygote, inherited by every worker it forks: everything a worker imports
 #: before its first job (`worker.py` imports its modules at module level; the launchers'
@@ -42,7 +43,8 @@ def zygote() -> mp_context.ForkServerContext:
     with _lock:
         context.set_forkserver_preload(PRELOAD)
         try:
-            forkserver.ensure_running()
+            with unmeasured_start():  # workers measure themselves (rank_coverage.py)
+                forkserver.ensure_running()
         except OSError as error:
             if "too long" not in str(error):
                 raise

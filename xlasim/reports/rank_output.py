@@ -164,6 +164,37 @@ def diverted(write: Callable[[str], object]) -> Iterator[None]:
                         _by_rank[rank] = kept
 
 
+@contextmanager
+def redirected(stdout: TextIO, stderr: TextIO) -> Iterator[Callable[[], Any]]:
+    """While inside, what the calling rank writes goes to `stdout` and `stderr` instead of its
+    captured output (pytest's capture fixtures, made on a rank). Yields a function that
+    returns a context manager inside which the rank's writes go where they went before (its
+    captured output: `capsys.disabled()`).
+
+    Raises `RuntimeError` when the calling thread does not capture as a rank."""
+    ident = threading.get_ident()
+    with _lock:
+        before = _by_thread.get(ident)
+        if before is None:
+            raise RuntimeError("redirected() is for a rank whose output is captured")
+        key = next(k for k, v in _by_rank.items() if v is before)
+    target = (stdout, stderr, False)
+
+    @contextmanager
+    def put(buffers: Any) -> Iterator[None]:
+        with _lock:
+            saved = _by_thread[ident]
+            _by_thread[ident] = _by_rank[key] = buffers
+        try:
+            yield
+        finally:
+            with _lock:
+                _by_thread[ident] = _by_rank[key] = saved
+
+    with put(target):
+        yield lambda: put(before)
+
+
 def _swap(make: Callable[[TextIO, int], TextIO]) -> tuple[TextIO, TextIO]:
     saved = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = make(saved[0], 0), make(saved[1], 1)

@@ -1,0 +1,119 @@
+"""Coverage counts what ranks run (issue 33 item 3), in every mode, through coverage.py's own
+subprocess support (xlasim/ranks/rank_coverage.py).
+
+The fixture project fixtures/ranked_project has a package whose even and odd ranks take
+different branches, a rank that ends its process with `os._exit` and one that hangs past its
+test's timeout. Measured at 8 cores in the default mode (a process per core) and in the
+threads mode, the line and branch reports must be equal: what the ranks ran, the crashed and
+the hung rank's lines included, and only the line no rank reaches missing.
+"""
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from xlasim.ranks import rank_coverage
+
+PROJECT = Path(__file__).parents[2] / "fixtures" / "ranked_project"
+PARITY = "ranked/parity.py"
+MODES = {"default": (), "threads": ("--xla-processes=1",)}
+
+
+def _line_of(text: str) -> int:
+    """The line of ranked/parity.py that holds `text` (the assertions do not hard-code lines)."""
+    lines = (PROJECT / PARITY).read_text().splitlines()
+    return next(n for n, line in enumerate(lines, 1) if text in line)
+
+
+def _measured(report: Path) -> dict[str, dict[str, list]]:
+    """What a `coverage json` report says of each file: lines and branches, run and missed."""
+    files = json.loads(report.read_text())["files"]
+    kinds = ("executed_lines", "missing_lines", "executed_branches", "missing_branches")
+    return {name: {kind: data[kind] for kind in kinds} for name, data in files.items()}
+
+
+def _check_ranks_counted(measured: dict[str, dict[str, list]]) -> None:
+    """Only the line no rank reaches is missing; the lines only some ranks run are counted."""
+    parity = measured[PARITY]
+    assert parity["missing_lines"] == [_line_of('kind = "unreachable"')], parity
+    for only_some_ranks in ('kind = "odd"', 'kind += ", the third"', "os._exit(3)", ".wait()"):
+        assert _line_of(only_some_ranks) in parity["executed_lines"], only_some_ranks
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester, inner_environment: pytest.MonkeyPatch) -> Path:
+    shutil.copytree(PROJECT, pytester.path, dirs_exist_ok=True)
+    inner_environment.setenv("PYTHONPATH", str(pytester.path), prepend=os.pathsep)
+    return pytester.path
+
+
+def test_workers_measure_in_parallel_and_save_on_exit() -> None:
+    """The configuration workers get: the launching process's, with a data file per process
+    and saved when a rank ends its process or the worker is stopped with SIGTERM."""
+    from coverage.config import CoverageConfig
+
+    config = CoverageConfig()
+    config.branch = True
+    config.patch = ["subprocess"]
+    workers = CoverageConfig.deserialize(rank_coverage.for_workers(config))
+    assert (workers.branch, workers.parallel, workers.sigterm) == (True, True, True)
+    assert workers.patch == ["_exit", "subprocess"]
+
+
+@pytest.mark.slow
+def test_pytest_cov_counts_the_ranks(pytester: pytest.Pytester, project: Path) -> None:
+    """`pytest --cov --cov-branch`: the default mode's report is the threads mode's."""
+    measured = {}
+    for mode, options in MODES.items():
+        result = pytester.runpytest_subprocess(
+            "-p", "no:cacheprovider", "--xla-devices=8", "--cov=ranked", "--cov-branch",
+            f"--cov-report=json:{mode}.json", *options, timeout=300,
+        )  # fmt: skip
+        result.assert_outcomes(passed=3, failed=2)
+        measured[mode] = _measured(project / f"{mode}.json")
+        left = sorted(path.name for path in project.glob(".coverage.*"))
+        assert not left, f"{mode}: data files written after pytest-cov combined: {left}"
+    _check_ranks_counted(measured["default"])
+    assert measured["default"] == measured["threads"]
+
+
+def _coverage_run(pytester: pytest.Pytester, mode: str, *command: str) -> Path:
+    """`coverage run` of `command` in parallel mode, combined, as a JSON report."""
+    coverage = (sys.executable, "-m", "coverage")
+    data = f"--data-file=.coverage.{mode}"
+    pytester.run(*coverage, "run", data, "-p", "--branch", "--source=ranked", *command, timeout=300)
+    combined = pytester.run(*coverage, "combine", data, timeout=120)
+    assert combined.ret == 0, combined.stdout.str()
+    report = pytester.run(*coverage, "json", data, "-o", f"{mode}.json", timeout=120)
+    assert report.ret == 0, report.stdout.str()
+    return pytester.path / f"{mode}.json"
+
+
+@pytest.mark.slow
+def test_coverage_run_of_pytest_counts_the_ranks(pytester: pytest.Pytester, project: Path) -> None:
+    """`coverage run -p -m pytest`, combined: the default mode's report is the threads mode's."""
+    measured = {}
+    for mode, options in MODES.items():
+        command = ("-m", "pytest", "-p", "no:cacheprovider", "--xla-devices=8", *options)
+        measured[mode] = _measured(_coverage_run(pytester, mode, *command))
+    _check_ranks_counted(measured["default"])
+    assert measured["default"] == measured["threads"]
+
+
+@pytest.mark.slow
+def test_coverage_run_of_xlasim_run_counts_the_ranks(
+    pytester: pytest.Pytester, project: Path
+) -> None:
+    """`coverage run -p -m xlasim run`, combined: the script's ranks, as in the threads mode."""
+    measured = {}
+    for mode, options in {"default": (), "threads": ("--processes", "1")}.items():
+        command = ("-m", "xlasim", "run", "--devices", "8", *options, "run_ranked.py")
+        measured[mode] = _measured(_coverage_run(pytester, mode, *command))
+    executed = measured["default"][PARITY]["executed_lines"]
+    for only_some_ranks in ('kind = "odd"', 'kind += ", the third"', "continue"):
+        assert _line_of(only_some_ranks) in executed, only_some_ranks
+    assert measured["default"] == measured["threads"]

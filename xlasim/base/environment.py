@@ -1,0 +1,22 @@
+"""An environment variable set for a while, and put back as it was after."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+
+@contextmanager
+def variable_set(name: str, value: str) -> Iterator[None]:
+    """`name=value` in this process's environment while inside; afterwards the variable has
+    its earlier value again, or is unset if it had none."""
+    saved = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if saved is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = saved
