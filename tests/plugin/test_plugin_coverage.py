@@ -117,3 +117,31 @@ def test_coverage_run_of_xlasim_run_counts_the_ranks(
     for only_some_ranks in ('kind = "odd"', 'kind += ", the third"', "continue"):
         assert _line_of(only_some_ranks) in executed, only_some_ranks
     assert measured["default"] == measured["threads"]
+
+
+@pytest.mark.slow
+def test_pytest_cov_counts_the_native_backends_workers(
+    pytester: pytest.Pytester, project: Path, inner_environment: pytest.MonkeyPatch
+) -> None:
+    """`pytest --xla-backend=native --cov` (a TPU VM's code path) on two CPU devices: the
+    worker `xmp.spawn` started counts what both ranks ran, each in a thread of its own that
+    started before the measurement (as on a TPU v2/v3 VM), as the emulated threads mode does."""
+    inner_environment.setenv("PJRT_DEVICE", "CPU")
+    inner_environment.setenv("CPU_NUM_DEVICES", "2")
+    measured = {}
+    for mode, options in {
+        "native": ("--xla-backend=native",),
+        "threads": ("--xla-devices=2", *MODES["threads"]),
+    }.items():
+        result = pytester.runpytest_subprocess(
+            "-p", "no:cacheprovider", "--cov=ranked", "--cov-branch",
+            f"--cov-report=json:{mode}.json", *options, "-k", "parity or total", timeout=300,
+        )  # fmt: skip
+        result.assert_outcomes(passed=2)
+        measured[mode] = _measured(project / f"{mode}.json")
+        left = sorted(path.name for path in project.glob(".coverage.*"))
+        assert not left, f"{mode}: data files written after pytest-cov combined: {left}"
+    parity = measured["native"][PARITY]["executed_lines"]
+    for ran in ('kind = "even"', 'kind = "odd"', "continue", "total += value"):
+        assert _line_of(ran) in parity, ran
+    assert measured["native"] == measured["threads"]

@@ -11,7 +11,7 @@ pytest_plugins = [
     "xlasim.pytest_plugin.options",
     "xlasim.pytest_plugin.markers",
     "xlasim.pytest_plugin.backend_choice",
-    "xlasim.pytest_plugin.timeouts",
+    "xlasim.pytest_plugin.timeout_bridge",
     "xlasim.pytest_plugin.fixtures",
     "xlasim.pytest_plugin.ranks",
     "xlasim.pytest_plugin.spmd",

@@ -31,6 +31,7 @@ import pytest
 from ..base import debugger_clock
 from ..base.errors import CollectiveTimeoutError, XlasimError
 from ..events import flushing
+from ..ranks import rank_coverage
 from ..reports.debugger_desk import Desk, Request
 from ..reports.frames import PACKAGE_DIR
 from ..reports.rank_outcome import RankOutcome
@@ -61,7 +62,8 @@ class _Workers:
         self.flush_conns: list[Connection] = []
         self.spawn_error: BaseException | None = None
         args = (self._listener.address, authkey, self.stack_dir)
-        threading.Thread(target=self._spawn, args=(args,), daemon=True).start()
+        self._spawning = threading.Thread(target=self._spawn, args=(args,), daemon=True)
+        self._spawning.start()
         accepting = threading.Thread(target=self._accept, daemon=True)
         accepting.start()
         accepting.join(START_TIMEOUT_S)
@@ -108,13 +110,16 @@ class _Workers:
             conn.close()
         self._listener.close()
 
-    def stop(self) -> None:
+    def stop(self, wait: float = 0.0) -> None:
+        """Tell every worker to stop; wait up to `wait` seconds for `xmp.spawn` to return
+        (its processes ended: what they measured for coverage is saved by then)."""
         for conn in self.conns.values():
             with contextlib.suppress(OSError):
                 conn.send(None)
         for conn in self.flush_conns:
             conn.close()
         self._listener.close()
+        self._spawning.join(wait)
 
 
 def _signal(pid: int, sig: int) -> None:
@@ -194,8 +199,9 @@ class NativeExecutor:
         self.start()
         workers = self._workers
         with traces.launch() as traced:
+            coverage = rank_coverage.requested(), os.getcwd()  # workers measure as this does
             for conn in workers.conns.values():
-                conn.send((size, list(sys.path), job, traced.directory))
+                conn.send((size, list(sys.path), job, traced.directory, *coverage))
             outcomes = self._collect(workers, size, timeout)
             traced.failed = any(o.raised for o in outcomes)
         self.counts.add_remote([o.metrics for o in outcomes])
@@ -252,7 +258,8 @@ class NativeExecutor:
             f"workers were killed and are started again for the next test.\n{report}"
         )
 
-    def close(self) -> None:
+    def close(self, wait: float = 0.0) -> None:
+        """Stop the workers (waiting up to `wait` seconds for their processes to end)."""
         if self._workers is not None:
-            self._workers.stop()
+            self._workers.stop(wait)
             self._workers = None

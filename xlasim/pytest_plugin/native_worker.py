@@ -21,6 +21,7 @@ from multiprocessing.connection import Client, Connection
 from pathlib import Path
 
 from ..events import flushing, hooks
+from ..ranks import rank_coverage
 from ..reports import rank_debugger, rank_outcome, rank_output, xla_counters
 from ..reports.debugger_desk import Request
 from ..reports.rank_outcome import Collect, RankOutcome
@@ -66,11 +67,15 @@ def _run_job(
     sys_path: list[str],
     job: remote.Job,
     trace: Path | None,
+    coverage: str | None,
+    cwd: str,
 ) -> RankOutcome:
     before = xla_counters.counts()
     with remote_rank.process_lock:  # a worker process serves one rank per device thread on CPU
         sys.path[:] = sys_path
         hooks.follow(str(trace) if trace is not None else None)
+        rank_coverage.follow(coverage, cwd)  # measured as the pytest process is, if it is
+        rank_coverage.trace_this_thread()  # a device thread that started before it
     collect = Collect(output=True, render=functools.partial(remote_rank.render_failure, job.style))
     rank_debugger.bind(DebugChannel(conn, index, size))
     try:

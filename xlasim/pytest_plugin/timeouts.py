@@ -8,8 +8,9 @@ hang fails one test and the session goes on.
 pytest-timeout's `--timeout` (its `timeout` marker, `PYTEST_TIMEOUT`) bounds a marked test too:
 its alarm would interrupt the pytest process while the ranks run on, with no rank's stack and
 a world left mid-run. So for a test whose body runs on ranks this plugin takes over the timer
-(pytest-timeout's `pytest_timeout_set_timer` hook) and enforces the shorter of the two bounds as
-the world's: a rank that hangs past it gets every rank's stack, and the world is reused.
+(`timeout_bridge`, pytest-timeout's `pytest_timeout_set_timer` hook) and enforces the shorter of
+the two bounds as the world's: a rank that hangs past it gets every rank's stack, and the world
+is reused.
 """
 
 from __future__ import annotations
@@ -34,19 +35,3 @@ def timeout_for(item: pytest.Item) -> float:
                 own = seconds
                 break
     return min(own, item.stash.get(pytest_timeout_key, own))
-
-
-@pytest.hookimpl(optionalhook=True, tryfirst=True)
-def pytest_timeout_set_timer(item: pytest.Item, settings: object) -> bool | None:
-    """pytest-timeout's bound on a test whose body runs on ranks: the world's runs enforce it
-    (`timeout_for`), and pytest-timeout sets no alarm of its own. Other tests: pytest-timeout's.
-
-    Args:
-        item: the test pytest-timeout is about to time.
-        settings: pytest-timeout's settings for it (`timeout` in seconds, 0 or None for none).
-    """
-    seconds = getattr(settings, "timeout", None)
-    if not seconds or item.get_closest_marker("xla") is None:
-        return None
-    item.stash[pytest_timeout_key] = float(seconds)
-    return True

@@ -106,6 +106,17 @@ def follow(config: str | None, directory: str) -> bool:
     return _measuring is not None
 
 
+def trace_this_thread() -> None:
+    """In a measured worker: the calling thread, started before the measurement, is traced from
+    its next call, as coverage.py traces the threads started after it (the native backend's
+    workers serve each device from a thread of its own, started with the process)."""
+    import threading
+
+    hook = threading.gettrace() if _measuring is not None else None
+    if hook is not None and sys.gettrace() is None:
+        sys.settrace(hook)
+
+
 def save() -> None:
     """In a worker process: write what it measured so far to its data file (no-op unmeasured)."""
     if _measuring is not None:
