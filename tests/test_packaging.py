@@ -116,3 +116,24 @@ def test_every_public_error_crosses_to_a_fresh_process() -> None:
     assert done.stdout.decode().splitlines() == sent
     failed = next(v for v in values if type(v) is xlasim.RankFailedError)
     assert type(pickle.loads(pickle.dumps(failed)).failures[1]) is xlasim.DeadlockError
+
+
+def test_the_three_lists_of_public_names_agree() -> None:
+    """`xlasim/__init__.py` names its surface three times: imports under `TYPE_CHECKING` (type
+    checkers, IDEs), `_EXPORTS` (the lazy imports at run time) and `__all__` (a literal, as
+    linters and IDEs read it); they must agree, name for name and module for module
+    (ScheduleStalledError was once exported and left out of the first)."""
+    tree = ast.parse(Path(xlasim.__file__).read_text())
+    block = next(
+        node
+        for node in tree.body
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING"
+    )
+    typed = {
+        alias.name: node.module.lstrip(".")
+        for node in block.body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+    assert typed == xlasim._EXPORTS
+    assert sorted(xlasim.__all__) == sorted(xlasim._EXPORTS)
