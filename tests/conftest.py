@@ -65,21 +65,32 @@ def pytest_configure(config):
         "slow: takes long (tests/faults' slow cells, tests/machines' pods); deselected unless "
         "-m names it (`-m slow`), run by CI in steps of their own",
     )
+    config.addinivalue_line(
+        "markers",
+        "extended: more of what CI already checks, run outside CI's 40 minutes (`tox -e "
+        "extended`, docs/testing.md); deselected unless -m names it",
+    )
 
 
-def _deselect_slow(config, items) -> None:
-    """Slow tests run only when asked for (`-m slow`, or any `-m` expression naming it)."""
-    if "slow" in (config.option.markexpr or ""):
-        return
-    slow = [item for item in items if item.get_closest_marker("slow")]
-    if slow:
-        config.hook.pytest_deselected(items=slow)
-        items[:] = [item for item in items if not item.get_closest_marker("slow")]
+#: Markers whose tests run only when a `-m` expression names them.
+OPT_IN_MARKERS = ("slow", "extended")
+
+
+def _deselect_opt_in(config, items) -> None:
+    """Slow and extended tests run only when asked for (`-m slow`, `-m extended`, or any `-m`
+    expression naming them)."""
+    for name in OPT_IN_MARKERS:
+        if name in (config.option.markexpr or ""):
+            continue
+        left_out = [item for item in items if item.get_closest_marker(name)]
+        if left_out:
+            config.hook.pytest_deselected(items=left_out)
+            items[:] = [item for item in items if not item.get_closest_marker(name)]
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m portable deselects
 def pytest_collection_modifyitems(config, items):
-    _deselect_slow(config, items)
+    _deselect_opt_in(config, items)
     for item in items:
         if any(item.get_closest_marker(name) for name in SLICE_MARKERS) or any(
             name in item.fixturenames for name in SLICE_FIXTURES

@@ -249,7 +249,11 @@ if __name__ == "__main__":
 """
 
 
-@pytest.mark.parametrize("processes", [64, 1], ids=["isolated", "threads"])
+@pytest.mark.parametrize(
+    "processes",
+    [pytest.param(64, marks=pytest.mark.extended), 1],  # 64 processes: 16 s, outside CI
+    ids=["isolated", "threads"],
+)
 def test_world_of_64_cores_completes_an_all_reduce(tmp_path, processes):
     script = tmp_path / "world_of_64.py"
     script.write_text(WORLD_OF_64)

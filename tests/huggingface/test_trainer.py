@@ -163,7 +163,11 @@ def _native_losses(tmp_path: Path, dropout: float, as_on_a_tpu: bool) -> list[fl
     return json.loads(done.stdout.strip().splitlines()[-1])["losses"]
 
 
-@pytest.mark.parametrize("dropout", [0.0, 0.1], ids=["no-dropout", "dropout"])
+@pytest.mark.parametrize(
+    "dropout",
+    [0.0, pytest.param(0.1, marks=pytest.mark.extended)],  # 27 s: outside CI (docs/testing.md)
+    ids=["no-dropout", "dropout"],
+)
 @pytest.mark.xla_timeout(SLOW_RUN_S)
 def test_world_of_one_equals_native_torch_xla(xla_world, tmp_path, emulated, dropout):
     """A Trainer run on a world of 1 computes what native torch_xla computes on one device

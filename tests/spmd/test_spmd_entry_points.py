@@ -45,7 +45,15 @@ def _result(process: subprocess.Popen) -> dict:
     return json.loads(line[len("RESULT ") :])
 
 
-@pytest.mark.parametrize("name", list(PRESETS))
+#: The presets CI runs this for: one host, several hosts, 2 cores a chip, two slices, no TPU;
+#: the others are `extended` (13 s each; docs/testing.md, "CI").
+IN_CI = ("v5e-8", "v4-16", "v3-32", "2xv5e-8", "cpu-8")
+
+
+@pytest.mark.parametrize(
+    "name",
+    [n if n in IN_CI else pytest.param(n, marks=pytest.mark.extended) for n in PRESETS],
+)
 def test_a_script_sees_the_pod_the_plugin_sees(name: str) -> None:
     script = _start("-m", "xlasim", "run", "--topology", name, str(PROBE))
     world = _start(str(PROBE), "--start-world", name)
