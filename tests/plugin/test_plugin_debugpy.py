@@ -2,7 +2,7 @@
 (docs/debugging.md, "An IDE's debugger"): pytest runs under `python -m debugpy --listen`, and
 this test is the IDE, speaking the Debug Adapter Protocol over the socket, as VS Code does: it
 sets a breakpoint in a rank's test body, waits for the stop, reads a rank-local, holds the rank
-past the collective timeout and continues; the test passes.
+while the others wait in a collective and continues; the test passes.
 """
 
 from __future__ import annotations
@@ -126,7 +126,12 @@ def test_debugpy_stops_at_a_breakpoint_in_rank_code_with_ranks_as_threads(tmp_pa
     (tmp_path / "test_ranks.py").write_text(TESTS)
     port = free_port()
     environment = {k: v for k, v in os.environ.items() if not k.startswith("XLASIM_")}
-    environment.update(PYTHONPATH=str(REPO), XLASIM_TIMEOUT="2", PYDEVD_DISABLE_FILE_VALIDATION="1")
+    # The IDE session's setting besides --xla-processes=1: a collective bound longer than a
+    # person's look. debugpy's stop does not reach ranks already waiting in the collective, whose
+    # bound fires at the default (docs/debugging.md, "An IDE's debugger"; CI saw it at 2 s).
+    environment.update(
+        PYTHONPATH=str(REPO), XLASIM_TIMEOUT="600", PYDEVD_DISABLE_FILE_VALIDATION="1"
+    )
     command = [sys.executable, "-m", "debugpy", "--listen", f"127.0.0.1:{port}"]
     command += ["--wait-for-client", "-m", "pytest", "-p", "no:cacheprovider", "-q"]
     command += ["--xla-devices=8", "--xla-processes=1", "test_ranks.py"]
@@ -152,7 +157,7 @@ def test_debugpy_stops_at_a_breakpoint_in_rank_code_with_ranks_as_threads(tmp_pa
         assert (frames[0]["name"], frames[0]["line"]) == ("test_stops_on_rank_3", BREAKPOINT_LINE)
         value = ide.request("evaluate", expression="secret", frameId=frames[0]["id"])
         assert value["body"]["result"] == "30"
-        time.sleep(6)  # 3x XLASIM_TIMEOUT, the other ranks waiting in the all_reduce
+        time.sleep(3)  # held, the other ranks waiting in the all_reduce
         ide.request("continue", threadId=stopped["threadId"])
         ide.close()
         pytest_run.wait(timeout=120)
