@@ -24,6 +24,8 @@ from contextlib import contextmanager, suppress
 
 #: The signal that interrupts the main thread's wait (a real-time one: nothing else sends it).
 POKE = signal.SIGRTMAX - 3
+#: What the relay writes to its own descriptor to end its watcher (no signal has number 0).
+WAKE = b"\0"
 
 
 @contextmanager
@@ -55,6 +57,8 @@ def relayed() -> Iterator[None]:
     finally:
         signal.set_wakeup_fd(previous, warn_on_full_buffer=False)
         done.set()
+        with suppress(BlockingIOError):
+            os.write(writer, WAKE)  # the watcher ends now, not at its next poll
         watcher.join()
         os.close(reader)
         os.close(writer)
@@ -67,8 +71,8 @@ def _watch(reader: int, previous: int, done: threading.Event, main: int) -> None
         ready, _, _ = select.select([reader], [], [], 0.1)
         if not ready:
             continue
-        marks = os.read(reader, 512)
-        if previous >= 0:
+        marks = os.read(reader, 512).replace(WAKE, b"")
+        if previous >= 0 and marks:
             with suppress(OSError):
                 os.write(previous, marks)
         if signal.SIGINT in marks and not done.is_set():
