@@ -25,8 +25,8 @@ job that asks (`follow`). coverage.py follows only the threads started after it,
 then starts its rank threads afresh.
 
 A worker killed by a signal it cannot handle (SIGSEGV, SIGKILL) loses what it measured since it
-last saved (`save`: on request, `World.flush`, which the pytest plugin asks for before
-pytest-cov combines, and on its way out).
+last saved (`save`: when its world flushes what stuck ranks recorded, `flush_records`, and as it
+stops; the pytest plugin stops the workers before pytest-cov combines, `coverage_combine`).
 """
 
 from __future__ import annotations
