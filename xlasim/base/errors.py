@@ -7,12 +7,23 @@ hang with no message, so the text of these errors is the product.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from .public import public
 
-if TYPE_CHECKING:
-    from ..reports.rank_outcome import RankOutcome
+
+class RankResult(Protocol):
+    """What `RankFailedError` reads of a rank's outcome (`xlasim.reports.rank_outcome.RankOutcome`,
+    a layer above: the error names the shape it needs, not the class)."""
+
+    rank: int
+    error: BaseException | None
+    traceback: str
+
+    @property
+    def raised(self) -> bool: ...
+
+    def portable(self) -> RankResult: ...
 
 
 @public
@@ -115,7 +126,7 @@ class RankFailedError(XlasimError):
     """One or more ranks raised; holds every rank's `RankOutcome` (`xlasim.reports.rank_outcome`), and by
     rank the failing ones' exceptions and formatted tracebacks."""
 
-    def __init__(self, message: str, outcomes: Sequence[RankOutcome]):
+    def __init__(self, message: str, outcomes: Sequence[RankResult]):
         super().__init__(message)
         self.outcomes = list(outcomes)
 

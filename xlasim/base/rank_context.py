@@ -11,14 +11,41 @@ thread acts for the rank whose device is its default device.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from .errors import OutsideWorldError
 from .public import public
+from .topology import Topology
 
-if TYPE_CHECKING:
-    from ..emulation.rendezvous import Run
+
+class RankRun(Protocol):
+    """What a rank's context holds of the launch it belongs to (`xlasim.emulation.rendezvous.Run`,
+    a layer above: base names the shape it hands on, not the class): the launch's size and
+    slice, and the meeting place the emulated collectives use (`call` is the emulation's
+    `Call`, `channel` a key the sender and receiver agree on)."""
+
+    size: int
+    topology: Topology
+
+    def gather(
+        self,
+        rank: int,
+        participants: Sequence[int],
+        call: Any,
+        payload: Any,
+        combine: Callable[[list[Any]], Any] | None = None,
+    ) -> Any: ...
+
+    def send(self, rank: int, channel: Any, call: Any, payload: Any) -> None: ...
+
+    def receive(self, rank: int, channel: Any, call: Any) -> tuple[Any, Any]: ...
+
+    def store(self) -> Any: ...
+
+    def per_rank(self, rank: int, key: Any, factory: Callable[[], Any]) -> Any: ...
+
 
 _local = threading.local()
 
@@ -28,7 +55,7 @@ _local = threading.local()
 class RankContext:
     """One rank's view of the run it belongs to."""
 
-    run: Run
+    run: RankRun
     rank: int
 
     @property

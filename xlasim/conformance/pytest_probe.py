@@ -17,16 +17,16 @@ from collections import Counter
 
 import pytest
 
-import xlasim
-
+from ..activation import world
+from ..base.emulated_slice import is_emulated
 from .probe_names import COLLECTIVES, LAUNCHES, PROGRESS_ENV
 
 
 def _counts() -> tuple[int, Counter[str]]:
-    if not xlasim.is_emulated():
+    if not is_emulated():
         return 0, Counter()
-    world = xlasim.world()
-    return world.launches, Counter(world.collectives)
+    emulated = world()
+    return emulated.launches, Counter(emulated.collectives)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -10,10 +10,13 @@ a rank that never arrived is shown with its Python stack, wherever it lives (`Ra
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from ..emulation.rendezvous import Call
+
+class WaitingCall(Protocol):
+    """The call a rank waits in (`xlasim.emulation.rendezvous.Call`, a layer above)."""
+
+    def describe(self) -> str: ...
 
 
 class RankReporter(Protocol):
@@ -26,7 +29,7 @@ class RankReporter(Protocol):
 
 def describe_ranks(
     running: list[int],
-    waiting: dict[int, Call],
+    waiting: dict[int, WaitingCall],
     finished: list[int],
     reporter: RankReporter | None,
 ) -> str:
@@ -52,7 +55,9 @@ def describe_ranks(
     return "\n".join(parts)
 
 
-def where_ranks_wait(waiting: dict[int, Call], running: list[int], finished: list[int]) -> str:
+def where_ranks_wait(
+    waiting: dict[int, WaitingCall], running: list[int], finished: list[int]
+) -> str:
     """The lines of a deadlock or mismatch report: every rank, waiting ones grouped by call."""
     lines = "\n".join(
         f"  {rank_span(ranks)} wait{'s' if len(ranks) == 1 else ''} in {description}"
@@ -65,7 +70,7 @@ def where_ranks_wait(waiting: dict[int, Call], running: list[int], finished: lis
     return lines
 
 
-def by_description(calls: dict[int, Call]) -> dict[str, list[int]]:
+def by_description(calls: dict[int, WaitingCall]) -> dict[str, list[int]]:
     """The ranks of each distinct call, in rank order."""
     grouped: dict[str, list[int]] = {}
     for rank in sorted(calls):
