@@ -8,33 +8,38 @@ xmp.spawn(train, args=(...))       # runs train(rank, ...) on 8 emulated cores
 import importlib
 from typing import TYPE_CHECKING, Any
 
+# For type checkers and IDEs, which cannot follow `__getattr__`: `name as name` is an explicit
+# re-export (PEP 484). The same names and modules as `_EXPORTS` (tests/test_packaging.py).
 if TYPE_CHECKING:
-    from .activation import emulate, max_devices, world
-    from .base.emulated_slice import is_emulated
-    from .base.errors import (
-        CollectiveMismatchError,
-        CollectiveTimeoutError,
-        DeadlockError,
-        DeviceCountError,
-        MachineLostError,
-        OutsideWorldError,
-        PodJoinError,
-        RankExitError,
-        RankFailedError,
-        RuntimeAlreadyStartedError,
-        ScheduleStalledError,
-        UnsupportedCollectiveError,
-        WorldAbortedError,
-        XlasimError,
-    )
-    from .base.rank_context import RankContext, current
-    from .base.topology import Topology
-    from .emulation.spmd import SpmdRefusedError
-    from .emulation.world_of_one import OutsideWorldWarning
-    from .pytest_plugin.rank_fixtures import rank_fixture
-    from .ranks.world import World
-    from .reports.rank_outcome import Collect, RankOutcome
-    from .tpu.memory import HostMemoryError, ResourceExhaustedError
+    from .activation import emulate as emulate
+    from .activation import max_devices as max_devices
+    from .activation import world as world
+    from .base.emulated_slice import is_emulated as is_emulated
+    from .base.errors import CollectiveMismatchError as CollectiveMismatchError
+    from .base.errors import CollectiveTimeoutError as CollectiveTimeoutError
+    from .base.errors import DeadlockError as DeadlockError
+    from .base.errors import DeviceCountError as DeviceCountError
+    from .base.errors import MachineLostError as MachineLostError
+    from .base.errors import OutsideWorldError as OutsideWorldError
+    from .base.errors import PodJoinError as PodJoinError
+    from .base.errors import RankExitError as RankExitError
+    from .base.errors import RankFailedError as RankFailedError
+    from .base.errors import RuntimeAlreadyStartedError as RuntimeAlreadyStartedError
+    from .base.errors import ScheduleStalledError as ScheduleStalledError
+    from .base.errors import UnsupportedCollectiveError as UnsupportedCollectiveError
+    from .base.errors import WorldAbortedError as WorldAbortedError
+    from .base.errors import XlasimError as XlasimError
+    from .base.rank_context import RankContext as RankContext
+    from .base.rank_context import current as current
+    from .base.topology import Topology as Topology
+    from .emulation.spmd import SpmdRefusedError as SpmdRefusedError
+    from .emulation.world_of_one import OutsideWorldWarning as OutsideWorldWarning
+    from .pytest_plugin.rank_fixtures import rank_fixture as rank_fixture
+    from .ranks.world import World as World
+    from .reports.rank_outcome import Collect as Collect
+    from .reports.rank_outcome import RankOutcome as RankOutcome
+    from .tpu.memory import HostMemoryError as HostMemoryError
+    from .tpu.memory import ResourceExhaustedError as ResourceExhaustedError
 
 #: The public names and the modules they live in, imported on first use: importing the package
 #: (as pytest does for the plugin in every session of an environment that has xlasim) must not
@@ -73,37 +78,8 @@ _EXPORTS = {
 #: Public modules by the name users know them by (`xlasim.spmd.as_host`).
 _MODULES = {"spmd": "emulation.spmd"}
 
-__all__ = [
-    "Collect",
-    "CollectiveMismatchError",
-    "CollectiveTimeoutError",
-    "DeadlockError",
-    "DeviceCountError",
-    "HostMemoryError",
-    "MachineLostError",
-    "OutsideWorldError",
-    "OutsideWorldWarning",
-    "PodJoinError",
-    "RankContext",
-    "RankExitError",
-    "RankFailedError",
-    "RankOutcome",
-    "ResourceExhaustedError",
-    "RuntimeAlreadyStartedError",
-    "ScheduleStalledError",
-    "SpmdRefusedError",
-    "Topology",
-    "UnsupportedCollectiveError",
-    "World",
-    "WorldAbortedError",
-    "XlasimError",
-    "current",
-    "emulate",
-    "is_emulated",
-    "max_devices",
-    "rank_fixture",
-    "world",
-]
+#: Derived from the one table above; the imports under TYPE_CHECKING must agree with it.
+__all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
