@@ -19,7 +19,7 @@ from multiprocessing import context as mp_context
 from multiprocessing import forkserver, get_context
 
 from ..base.errors import XlasimError
-from .rank_coverage import unmeasured_start
+from .rank_coverage import requested, unmeasured_start
 
 #: Imported once by the zygote, inherited by every worker it forks: everything a worker imports
 #: before its first job (`worker.py` imports its modules at module level; the launchers'
@@ -40,8 +40,12 @@ def zygote() -> mp_context.ForkServerContext:
     """The forkserver context workers are forked from, started (once) without waiting for its
     imports: the first worker's start waits for them."""
     context = get_context("forkserver")
+    # coverage.py, when it measures this process (`--cov`, `coverage run`): each worker would
+    # import it (~60 ms of CPU); imported in the zygote it is inherited, and importing it starts
+    # no measurement (rank_coverage.py starts that in the worker, at its first job).
+    measured = ["coverage"] if requested() is not None else []
     with _lock:
-        context.set_forkserver_preload(PRELOAD)
+        context.set_forkserver_preload(PRELOAD + measured)
         try:
             with unmeasured_start():  # workers measure themselves (rank_coverage.py)
                 forkserver.ensure_running()
