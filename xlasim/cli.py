@@ -190,7 +190,12 @@ REPORT_ENV = "XLASIM_RUN_REPORT"
 
 def write_run_report(path: str, status: int) -> None:
     """What the run did, for callers that must tell "passed" from "tested nothing" (the
-    conformance runner): a script can exit 0 after skipping all of its checks."""
+    conformance runner): a script can exit 0 after skipping all of its checks.
+
+    Args:
+        path: the JSON file to write (`XLASIM_RUN_REPORT`), replaced if it exists.
+        status: the exit status `xlasim run` ends with (130 when interrupted).
+    """
     from .ranks import warm_world
 
     world = warm_world.started()  # not world(): a script that never launched must not start one

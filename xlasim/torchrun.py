@@ -60,8 +60,16 @@ def unsupported(topology: Topology) -> str | None:
 def worker_environments(
     topology: Topology, master_port: int, log_dirs: Sequence[str], inherited: Mapping[str, str]
 ) -> list[dict[str, str]]:
-    """The variables torchrun adds to each worker's environment, by global rank; `log_dirs`:
-    each node's (host's) run log directory, `inherited`: the launching environment."""
+    """The variables torchrun adds to each worker's environment, by global rank.
+
+    Args:
+        topology: the emulated slice; one worker per core, a node per host.
+        master_port: the port of the agent's store the workers connect to (`MASTER_PORT`).
+        log_dirs: each node's (host's) run log directory, by host index, where each worker's
+            error file goes.
+        inherited: the launching environment; `OMP_NUM_THREADS` and
+            `TORCH_NCCL_ASYNC_ERROR_HANDLING` set there are kept.
+    """
     local_world_size = topology.processes_per_host
     threads = inherited.get("OMP_NUM_THREADS", "1" if local_world_size > 1 else None)
     environments = []
@@ -112,7 +120,14 @@ def _log_dirs(topology: Topology) -> list[str]:
 
 def launch(target: str, args: Sequence[str], module: bool) -> None:
     """Run `target` (a script path, or a module name with `module`) as torchrun's workers on
-    every rank of the emulated world; raises `RankFailedError` when a worker failed."""
+    every rank of the emulated world; raises `RankFailedError` when a worker failed.
+
+    Args:
+        target: the script's path as given (relative to the working directory), or the module's
+            dotted name.
+        args: the script's own arguments (its `sys.argv[1:]`).
+        module: whether `target` is a module (`-m`) rather than a path.
+    """
     import torch.distributed as dist
 
     from .activation import topology, world

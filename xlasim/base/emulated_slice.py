@@ -51,7 +51,12 @@ def in_worker() -> bool:
 
 def enter_worker(topology: Topology, host: int) -> None:
     """Mark this process as a worker of a multi-process world on emulated host `host` (its
-    ranks are its threads)."""
+    ranks are its threads).
+
+    Args:
+        topology: the slice the world emulates, which this process now answers for.
+        host: the emulated host this process's ranks are on (0 for an SPMD world's process).
+    """
     global _topology, _process_host, _in_worker
     _topology = topology
     _process_host = host

@@ -10,7 +10,12 @@ from contextlib import contextmanager
 @contextmanager
 def variable_set(name: str, value: str) -> Iterator[None]:
     """`name=value` in this process's environment while inside; afterwards the variable has
-    its earlier value again, or is unset if it had none."""
+    its earlier value again, or is unset if it had none.
+
+    Args:
+        name: the environment variable.
+        value: what it holds while inside.
+    """
     saved = os.environ.get(name)
     os.environ[name] = value
     try:

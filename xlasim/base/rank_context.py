@@ -36,15 +36,50 @@ class RankRun(Protocol):
         call: Any,
         payload: Any,
         combine: Callable[[list[Any]], Any] | None = None,
-    ) -> Any: ...
+    ) -> Any:
+        """Wait for every participant of a collective; return what `combine` made of their
+        payloads, the same object to each.
 
-    def send(self, rank: int, channel: Any, call: Any, payload: Any) -> None: ...
+        Args:
+            rank: the calling rank, global in the launch.
+            participants: the ranks of the collective's group, the caller among them.
+            call: what the caller asked for; the participants' calls must match.
+            payload: the caller's contribution (host copies of its tensors).
+            combine: makes the result from the payloads in participant order, once for all;
+                None: the result is that list itself.
+        """
 
-    def receive(self, rank: int, channel: Any, call: Any) -> tuple[Any, Any]: ...
+    def send(self, rank: int, channel: Any, call: Any, payload: Any) -> None:
+        """Post a message on `channel` and return at once (`xm.send`).
+
+        Args:
+            rank: the sending rank.
+            channel: the mailbox's key (`("xm", channel_id)` for `xm.send`).
+            call: what the sender asked for (op and location); the receiver gets it with the message.
+            payload: the message (host copies of the tensors sent).
+        """
+
+    def receive(self, rank: int, channel: Any, call: Any) -> tuple[Any, Any]:
+        """Take the oldest message of `channel`, waiting (bounded) until one is there; the
+        sender's call and its payload.
+
+        Args:
+            rank: the receiving rank.
+            channel: the mailbox's key, as the sender gave it.
+            call: what the receiver asked for, named in a hang's report while it waits.
+        """
 
     def store(self) -> Any: ...
 
-    def per_rank(self, rank: int, key: Any, factory: Callable[[], Any]) -> Any: ...
+    def per_rank(self, rank: int, key: Any, factory: Callable[[], Any]) -> Any:
+        """An object private to one rank for the launch, made on its first use (what a TPU
+        process keeps in its globals: torch.distributed's registry of groups).
+
+        Args:
+            rank: the rank it belongs to.
+            key: names the object among the rank's others (`"dist"`).
+            factory: makes it, called once per rank and key.
+        """
 
 
 _local = threading.local()

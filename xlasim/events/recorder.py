@@ -96,9 +96,10 @@ class RankStream:
 
         Args:
             slot: what the event is (`slot(kind, phase, render)`).
-            a: the renderer's first value; `b`: its second. Plain values (numbers, strings,
-                None): they must not change after the call, nor be containers the garbage
-                collector tracks (see `_slots`).
+            a: the renderer's first value. Plain values (numbers, strings, None): they must
+                not change after the call, nor be containers the garbage collector tracks
+                (see `_slots`).
+            b: the renderer's second value, under the same rules; None when it takes one.
         """
         number = next(self._numbers)
         self._held.append((number, time.monotonic_ns(), slot, a, b))
@@ -107,14 +108,32 @@ class RankStream:
         return number
 
     def begin(self, kind: str, **fields: Any) -> int:
-        """Record a begin event; returns its number, for the matching `end`."""
+        """Record a begin event; returns its number, for the matching `end`.
+
+        Args:
+            kind: what the span is (`model.LAUNCH`, `model.COLLECTIVE`...).
+            fields: the event's own fields, written as JSON (values JSON does not know as
+                their `str`); the dict is kept until flush, so they must not change.
+        """
         return self.hold(slot(kind, model.BEGIN, render_fields), fields)
 
     def end(self, begin: int, kind: str, error: str | None = None) -> None:
-        """Record the end of the span `begin` opened; `error` names what it raised."""
+        """Record the end of the span `begin` opened.
+
+        Args:
+            begin: the number `begin` returned for the span.
+            kind: the span's kind, as given to `begin`.
+            error: the type name of the exception the span raised, None if it raised nothing.
+        """
         self.hold(slot(kind, model.END, render_end), begin, error)
 
     def instant(self, kind: str, **fields: Any) -> None:
+        """Record an event without duration (a file access).
+
+        Args:
+            kind: what the event is (`model.FILE`).
+            fields: the event's own fields, as for `begin`.
+        """
         self.hold(slot(kind, model.INSTANT, render_fields), fields)
 
     def sequence(self, group: tuple[int, ...]) -> int:
@@ -167,7 +186,13 @@ def _number(event: tuple) -> int:
 
 
 def render_end(stream: RankStream, begin: int, error: str | None) -> str:
-    """An end event's fields: the number of its begin, and what it raised."""
+    """An end event's fields: the number of its begin, and what it raised.
+
+    Args:
+        stream: the rank's stream being flushed (unused: the renderers' common signature).
+        begin: the number of the span's begin event.
+        error: the type name of what the span raised; None: nothing (no `error` field).
+    """
     return f',"of":{begin},"error":{json.dumps(error)}' if error else f',"of":{begin}'
 
 
@@ -182,7 +207,13 @@ def encode(fields: dict[str, Any]) -> str:
 
 def render_fields(stream: RankStream, fields: dict[str, Any], unused: None) -> str:
     """The renderer of events recorded with their fields as a dict (launches, file accesses:
-    few, so the dict they hold is no burden)."""
+    few, so the dict they hold is no burden).
+
+    Args:
+        stream: the rank's stream being flushed (unused: the renderers' common signature).
+        fields: the event's fields, as recorded.
+        unused: the second value renderers take; these events hold none.
+    """
     return encode(fields)
 
 
@@ -218,7 +249,12 @@ class Recorder:
 
     def meeting(self, group: tuple[int, ...], arrivals: dict[int, int]) -> None:
         """An emulated collective completed: when each member reached the rendezvous
-        (`arrivals` is not changed afterwards: the rendezvous is done with it)."""
+        (`arrivals` is not changed afterwards: the rendezvous is done with it).
+
+        Args:
+            group: the collective's participants, in the order the rendezvous was given them.
+            arrivals: when each member arrived, by rank, in `time.monotonic_ns()` nanoseconds.
+        """
         self._meetings.append((group, arrivals))
         if len(self._meetings) >= HELD_EVENTS:
             self._flush_meetings()

@@ -30,6 +30,12 @@ def seeds(count: int) -> range:
 
 
 def replay_note(seed: int, how: str) -> str:
+    """The line a failure's report ends with, so its user can rerun the schedule that failed.
+
+    Args:
+        seed: the failing schedule's seed.
+        how: what replays it where the failure was seen (`--xla-schedule=7`, a variable).
+    """
     return f"xlasim: this failed under schedule {seed}; replay exactly that schedule with {how}"
 
 

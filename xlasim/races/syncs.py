@@ -26,15 +26,31 @@ class SyncLog:
         self._received: Counter[Hashable] = Counter()
 
     def group(self, rank: int, members: tuple[int, ...], sequence: int) -> None:
-        """`rank` entered the `sequence`-th collective of `members`."""
+        """`rank` entered the `sequence`-th collective of `members`.
+
+        Args:
+            rank: the rank entering, global in the launch.
+            members: the ranks of the collective's group (its participants).
+            sequence: how many collectives of that group `rank` entered before this one (from 0).
+        """
         self.syncs[rank].append(Sync(GROUP, (members, sequence), members))
 
     def send(self, rank: int, channel: Hashable) -> None:
-        """`rank` posted the next message of `channel`."""
+        """`rank` posted the next message of `channel`.
+
+        Args:
+            rank: the sending rank.
+            channel: the mailbox's key (`("xm", channel_id)` for `xm.send`).
+        """
         self.syncs[rank].append(Sync(SEND, (channel, self._sent[channel])))
         self._sent[channel] += 1
 
     def receive(self, rank: int, channel: Hashable) -> None:
-        """`rank` took the oldest message of `channel` (messages are taken in posting order)."""
+        """`rank` took the oldest message of `channel` (messages are taken in posting order).
+
+        Args:
+            rank: the receiving rank.
+            channel: the mailbox's key, as given to `send`.
+        """
         self.syncs[rank].append(Sync(RECEIVE, (channel, self._received[channel])))
         self._received[channel] += 1

@@ -26,7 +26,18 @@ def spawn(
     start_method: str = "spawn",
 ) -> None:
     """torch_xla's contract: `nprocs` is None (every core) or 1; an exception in a rank reaches
-    the caller (as `RankFailedError`, naming the rank, with the original as `__cause__`)."""
+    the caller (as `RankFailedError`, naming the rank, with the original as `__cause__`).
+
+    Args:
+        fn: called as `fn(index, *args)` on every rank, `index` its global ordinal.
+        args: the arguments after the index.
+        nprocs: None to run on every emulated core, 1 for one rank only; anything else is
+            refused, as torch_xla refuses it.
+        join: torch_xla's (it ignores it too): the call always returns when the ranks end.
+        daemon: torch_xla's (it ignores it too): the ranks are the warm world's.
+        start_method: torch_xla's multiprocessing start method; ignored, the world's ranks
+            are already started.
+    """
     if nprocs not in (None, 1):
         raise ValueError(
             f"Unsupported nprocs ({nprocs}). Please use nprocs=1 or None (default). If None, spawn "
@@ -40,20 +51,39 @@ def spawn(
 def pjrt_spawn(
     fn: Callable[..., Any], nprocs: int | None = None, start_method: str = "spawn", args: tuple = ()
 ) -> None:
-    """`torch_xla._internal.pjrt.spawn`, whose arguments come in another order."""
+    """`torch_xla._internal.pjrt.spawn`, whose arguments come in another order.
+
+    Args:
+        fn: called as `fn(index, *args)` on every rank.
+        nprocs: None for every emulated core, or 1 (as for `spawn`).
+        start_method: ignored (as for `spawn`).
+        args: the arguments after the index.
+    """
     spawn(fn, args=args, nprocs=nprocs, start_method=start_method)
 
 
 def run_multiprocess(
     fn: Callable[..., R], *args: Any, start_method: str = "spawn", **kwargs: Any
 ) -> dict[int, R]:
-    """`pjrt.run_multiprocess`: `fn(*args, **kwargs)` on every rank, results by global ordinal."""
+    """`pjrt.run_multiprocess`: `fn(*args, **kwargs)` on every rank, results by global ordinal.
+
+    Args:
+        fn: the function every rank runs; it is passed no index.
+        args: its positional arguments.
+        start_method: ignored (as for `spawn`).
+        kwargs: its keyword arguments.
+    """
     results = world().run(fn, args, kwargs, pass_rank=False)
     return dict(enumerate(results))
 
 
 def spawn_threads(fn: Callable[..., Any], args: tuple = ()) -> None:
-    """`pjrt.spawn_threads`: `fn(index, *args)` on every rank, as `xmp.spawn` does."""
+    """`pjrt.spawn_threads`: `fn(index, *args)` on every rank, as `xmp.spawn` does.
+
+    Args:
+        fn: called as `fn(index, *args)` on every rank.
+        args: the arguments after the index.
+    """
     spawn(fn, args=args)
 
 

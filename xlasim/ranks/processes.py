@@ -341,6 +341,13 @@ class ProcessRanks:
         return _Process(spec)
 
     def dispatch(self, run: Run, jobs: list[tuple[Callable[..., Any], tuple, dict]]) -> None:
+        """Send each worker process holding ranks of the run its ranks' jobs, pickled, once
+        every such worker is ready (a worker that died since the last launch is replaced).
+
+        Args:
+            run: the launch's shared state, which the workers' ranks reach over their links.
+            jobs: one `(fn, args, kwargs)` per rank of the run, in rank order.
+        """
         job = next(self._jobs)
         self._job = job
         self._links.open(job, run)

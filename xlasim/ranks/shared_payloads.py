@@ -51,7 +51,13 @@ class Block:
         return cls(fd, size)
 
     def tensor(self, offset: int, dtype: torch.dtype, shape: Sequence[int]) -> torch.Tensor:
-        """A tensor viewing `[offset, offset + nbytes)` of the block (it keeps the map alive)."""
+        """A tensor viewing `[offset, offset + nbytes)` of the block (it keeps the map alive).
+
+        Args:
+            offset: where the tensor starts in the block, in bytes (`ALIGNMENT`-aligned).
+            dtype: its element type.
+            shape: its shape; the view is contiguous.
+        """
         count = _numel(shape) * _itemsize(dtype)
         assert self._bytes is not None
         return self._bytes[offset : offset + count].view(dtype).reshape(tuple(shape))
@@ -128,7 +134,14 @@ class _Encoder(pickle.Pickler):
 
 def encode(payload: Any, arena: Arena | None = None) -> Message:
     """Encode `payload`; big tensors are copied into `arena`'s block (reused from call to call:
-    valid until the arena's next encode) or, without an arena, into a new block."""
+    valid until the arena's next encode) or, without an arena, into a new block.
+
+    Args:
+        payload: what to send: any picklable object; its CPU tensors are set aside (inline
+            below `INLINE_BYTES`, in the block from there).
+        arena: the sender's reusable block, for a payload the receiver is done with before the
+            sender's next call; None: a block of its own, for one that must outlive it.
+    """
     buffer = io.BytesIO()
     encoder = _Encoder(buffer)
     encoder.dump(payload)
@@ -213,6 +226,15 @@ class Sender:
         self._arena_sent: int | None = None
 
     def send(self, connection: Connection, header: Any, message: Message | None) -> None:
+        """Send a header and an encoded payload, with the block's descriptor when the receiver
+        has not mapped that block yet.
+
+        Args:
+            connection: the Unix socket connection to the receiver (descriptors pass on it).
+            header: what the message is, pickled as is: a rank's request to the launching
+                process, or its answer's status.
+            message: the encoded payload (`encode`); None when there is none.
+        """
         block = message.block if message is not None else None
         generation = message.generation if message is not None else None
         fd_follows = block is not None and (generation is None or generation != self._arena_sent)

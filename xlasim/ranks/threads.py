@@ -42,6 +42,15 @@ class RankThread:
         self.thread.start()
 
     def submit(self, run: Run, fn: Callable[..., Any], args: tuple, kwargs: dict) -> None:
+        """Queue a job for the thread: it plays its rank of `run` calling `fn` once its
+        current job, if any, returns.
+
+        Args:
+            run: the launch the job belongs to.
+            fn: the rank's function.
+            args: its positional arguments (the rank first, when passed).
+            kwargs: its keyword arguments.
+        """
         self.jobs.put((run, fn, args, kwargs))
 
     def retire(self) -> None:
@@ -185,6 +194,12 @@ class ThreadRanks:
         self._abandoned: list[RankThread] = []
 
     def dispatch(self, run: Run, jobs: list[tuple[Callable[..., Any], tuple, dict]]) -> None:
+        """Queue each rank's job on its thread.
+
+        Args:
+            run: the launch's shared state, which the rank threads meet in.
+            jobs: one `(fn, args, kwargs)` per rank of the run, in rank order.
+        """
         for rank, (fn, args, kwargs) in enumerate(jobs):
             self._threads[rank].submit(run, fn, args, kwargs)
 

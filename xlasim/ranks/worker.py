@@ -85,7 +85,15 @@ class Link:
 
     def call(self, request: tuple, payload: Any = None, owned: bool = False) -> Any:
         """Send a request (with a payload: through this rank's arena, or a new block when the
-        payload must outlive the call) and return the parent's answer."""
+        payload must outlive the call) and return the parent's answer.
+
+        Args:
+            request: what the rank asks of the parent's run: its name first (`"gather"`,
+                `"send"`...), then the job's number and the call's arguments.
+            payload: the data that goes with it (tensors through shared memory); None: none.
+            owned: whether the payload must outlive the call (a message waiting in a mailbox,
+                a result): then it gets a block of its own rather than the arena's.
+        """
         message = None
         if payload is not None:
             message = shared_payloads.encode(payload, None if owned else self._arena)
@@ -120,26 +128,63 @@ class RunClient(RunObjects):
         self._store_port = port
 
     def gather(self, rank, participants, call: Call, payload, combine=None):
+        """`RankRun.gather`, served by the parent's run over the rank's link.
+
+        Args:
+            rank: the calling rank, global in the launch.
+            participants: the ranks of the collective's group.
+            call: what the rank asked for; the participants' calls must match.
+            payload: the rank's contribution (host tensors, through shared memory).
+            combine: makes the result from the payloads in participant order, run in the
+                parent (so it must pickle); None: the list itself.
+        """
         request = ("gather", self.job, tuple(participants), call, combine)
         with synchronizing():
             return self._links[rank].call(request, payload)
 
     def send(self, rank, channel, call: Call, payload) -> None:
+        """`RankRun.send`: the message waits in the parent's mailbox, in a block of its own.
+
+        Args:
+            rank: the sending rank.
+            channel: the mailbox's key.
+            call: what the sender asked for.
+            payload: the message.
+        """
         with synchronizing():
             self._links[rank].call(("send", self.job, channel, call), payload, owned=True)
 
     def receive(self, rank, channel, call: Call):
+        """`RankRun.receive`, from the parent's mailbox.
+
+        Args:
+            rank: the receiving rank.
+            channel: the mailbox's key.
+            call: what the receiver asked for.
+        """
         with synchronizing():
             return self._links[rank].call(("receive", self.job, channel, call))
 
     def point(self, rank: int, point: str, detail: str = "") -> None:
         """A scheduling point of `rank`: the launching process's scheduler answers when it is
-        the rank's turn (`Run.point`)."""
+        the rank's turn (`Run.point`). Nothing is asked when the launch runs no schedule.
+
+        Args:
+            rank: the rank reaching the point.
+            point: what it does next, as replays compare it (`write at prog.py:12 in f`).
+            detail: what else a person reads (the path); empty: nothing.
+        """
         if self.collect.schedule is not None:
             self._links[rank].call(("point", self.job, point, detail))
 
     def debug(self, rank: int, request: Request) -> str | None:
-        """A rank's debugger asks the terminal: the parent's run serves it."""
+        """A rank's debugger asks the terminal: the parent's run serves it.
+
+        Args:
+            rank: the rank whose debugger asks.
+            request: a line to read, output to show, or the session's end; the reply is the
+                line read, or None for a request that reads none.
+        """
         return self._links[rank].call(("debug", self.job, request))
 
     def finish(self, outcome: RankOutcome) -> None:
@@ -160,7 +205,13 @@ class RunClient(RunObjects):
 
 
 def main(spec: WorkerSpec, control: Connection) -> None:
-    """Entry point of a worker process: start its rank threads, then serve the parent."""
+    """Entry point of a worker process: start its rank threads, then serve the parent.
+
+    Args:
+        spec: what the worker is: its index, the slice, how to reach the parent's links.
+        control: the worker's end of its control pipe, on which jobs arrive and `where` and
+            `flush` are answered; the worker returns when the parent closes it.
+    """
     topology = spec.topology
     # Ctrl-C reaches every process of the terminal's group: the launching process owns it
     # (it releases the ranks, replaces stuck workers, or exits and stops them all).

@@ -47,7 +47,13 @@ class Ranks(RankReporter, Protocol):
     worker processes (`ProcessRanks`). Each rank also says where it is (`location`, `stack`)."""
 
     def dispatch(self, run: Run, jobs: list[Job]) -> None:
-        """Start `jobs[r]` on rank r of `run`, for every rank of the run."""
+        """Start `jobs[r]` on rank r of `run`, for every rank of the run.
+
+        Args:
+            run: the launch's shared state (its rendezvous), which the ranks meet in.
+            jobs: one `(fn, args, kwargs)` per rank of the run, in rank order (the rank, when
+                passed, is already the first of `args`).
+        """
 
     def check(self, run: Run) -> None:
         """Raise in the supervising thread what the ranks cannot report themselves (a worker
@@ -185,7 +191,12 @@ class World:
         world serves the next run.
 
         Args:
-            fn, args, kwargs, size, timeout, pass_rank: as for `run`.
+            fn: the function each rank calls (as for `run`).
+            args: positional arguments after the rank.
+            kwargs: keyword arguments (None: none).
+            size: ranks to run, the first `size` cores (None: all).
+            timeout: seconds the whole run may take (None: `XLASIM_RUN_TIMEOUT`, else 3600).
+            pass_rank: pass the rank as the first argument.
             collect: what each outcome records besides result and error (`Collect`).
 
         Returns:

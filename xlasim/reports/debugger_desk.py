@@ -71,7 +71,12 @@ class Terminal(Protocol):
     """Where sessions are shown and lines are read (the serving thread calls it)."""
 
     def opened(self, request: Request, again: bool) -> None:
-        """A rank's session takes the terminal (`again`: it had it before in this session)."""
+        """A rank's session takes the terminal.
+
+        Args:
+            request: the session's first request at the terminal (whose rank, which kind).
+            again: whether this session had the terminal before and gave it to another rank.
+        """
 
     def write(self, text: str) -> None:
         """Show what the rank's debugger printed."""
@@ -81,8 +86,14 @@ class Terminal(Protocol):
         `KeyboardInterrupt`."""
 
     def closed(self, request: Request, note: str, last: bool) -> None:
-        """The session ended (`request.end`); `note` names ranks declined meanwhile; `last`:
-        no other rank is stopped. May raise what ends the run (pytest's `q` ends the session)."""
+        """The session ended (`request.end`). May raise what ends the run (pytest's `q` ends
+        the session).
+
+        Args:
+            request: the rank's last request, whose `end` says how the session ended.
+            note: names the ranks whose post-mortems were declined meanwhile; empty if none.
+            last: whether no other rank is stopped in a debugger now.
+        """
 
     def idle(self) -> None:
         """No session is open or asked for any more."""
@@ -98,6 +109,13 @@ class PlainTerminal:
         self._editing = False
 
     def opened(self, request: Request, again: bool) -> None:
+        """Print the failure's traceback if the request carries one, then the session's
+        header rule.
+
+        Args:
+            request: the session's first request at the terminal.
+            again: whether this session had the terminal before (the header says so).
+        """
         if request.preamble:
             self._rule("traceback")
             self.write(request.preamble)
@@ -119,6 +137,13 @@ class PlainTerminal:
             return EOF
 
     def closed(self, request: Request, note: str, last: bool) -> None:
+        """Print `note`, then a rule saying how the session ended.
+
+        Args:
+            request: the rank's last request, whose `end` the rule names.
+            note: names the ranks whose post-mortems were declined meanwhile; empty if none.
+            last: whether no other rank is stopped (this terminal shows it the same).
+        """
         if note:
             self.write(note + "\n")
         self._rule(f"PDB {request.end} ({request.label})")
@@ -181,8 +206,15 @@ class Desk:
     # ------------------------------------------------------------------ the ranks' side
 
     def submit(self, request: Request, answer: Answer) -> None:
-        """Queue a rank's request; `answer` is called with the reply (from the serving thread,
-        or at once when the desk is closed)."""
+        """Queue a rank's request.
+
+        Args:
+            request: what the rank's debugger asks: a line to read, output to show, or its
+                session's end.
+            answer: called once with the reply, from the serving thread (or at once when the
+                desk is closed): the line read (`EOF` at end-of-file, `DECLINED` for a second
+                post-mortem), or None for a request that reads no line.
+        """
         declined = False
         with self._lock:
             closed = self._closed

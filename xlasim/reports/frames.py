@@ -52,7 +52,13 @@ def user_traceback(error: BaseException) -> str:
 
 def has_user_frames(error: BaseException, text: str = "") -> bool:
     """Whether any frame outside xlasim ran: by the exception's own frames when it has them
-    (raised in this process), else by its formatted traceback `text` (raised elsewhere)."""
+    (raised in this process), else by its formatted traceback `text` (raised elsewhere).
+
+    Args:
+        error: the exception a rank raised.
+        text: its traceback as formatted where it was raised (a worker process), read when
+            `error` carries no traceback of its own; empty when there is none.
+    """
     if error.__traceback__ is not None:
         return first_user(error.__traceback__) is not None
     return any(

@@ -37,6 +37,13 @@ def describe_ranks(
 
     Ranks that are not in a wait come first, each with its stack; ranks waiting in the same
     call are listed together with the stack of the first of them.
+
+    Args:
+        running: the ranks that never reached the wait (still running their function).
+        waiting: the ranks in a wait, each with the call it waits in.
+        finished: the ranks that returned from their function.
+        reporter: tells where a rank is and its stack; None: locations are unknown and no
+            stacks are shown.
     """
     parts = []
     for rank in running:
@@ -58,7 +65,13 @@ def describe_ranks(
 def where_ranks_wait(
     waiting: dict[int, WaitingCall], running: list[int], finished: list[int]
 ) -> str:
-    """The lines of a deadlock or mismatch report: every rank, waiting ones grouped by call."""
+    """The lines of a deadlock or mismatch report: every rank, waiting ones grouped by call.
+
+    Args:
+        waiting: the ranks in a wait, each with the call it waits in.
+        running: the ranks that had not reached a collective.
+        finished: the ranks that returned from their function.
+    """
     lines = "\n".join(
         f"  {rank_span(ranks)} wait{'s' if len(ranks) == 1 else ''} in {description}"
         for description, ranks in by_description(waiting).items()

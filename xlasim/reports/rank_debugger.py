@@ -181,6 +181,14 @@ class RankPdb(pdb.Pdb):
         self.ending = QUIT
 
     def interaction(self, frame: Any, traceback: Any) -> None:
+        """pdb's prompt loop, as the rank's session: the session takes the thread (a breakpoint
+        hit while stepping joins it) and ends when the user continues or quits (a post-mortem's
+        end is its caller's to say).
+
+        Args:
+            frame: the frame stopped in, as pdb passes it (None for a post-mortem).
+            traceback: the exception's traceback for a post-mortem, else None.
+        """
         _local.session = self.session
         self.ending = None
         self.session.open = True  # a breakpoint set in an ended session opens it again
@@ -225,7 +233,14 @@ def _session(to: Channel, kind: str) -> _Session:
 
 
 def set_trace(frame: Any, to: Channel, header: str | None = None) -> None:
-    """Stop the rank at `frame` (the caller of `breakpoint()` or `pdb.set_trace()`)."""
+    """Stop the rank at `frame` (the caller of `breakpoint()` or `pdb.set_trace()`).
+
+    Args:
+        frame: the frame to stop in.
+        to: how the rank's debugger reaches the terminal.
+        header: a line printed before the first prompt (`pdb.set_trace(header=...)`); None:
+            none.
+    """
     debugger = RankPdb(_session(to, SET_TRACE))
     if header is not None:
         debugger.message(header)
@@ -251,7 +266,14 @@ def post_mortem(error: BaseException) -> None:
 
 
 def runcall(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
-    """Call `fn` under pdb, stopped at its first line (`pytest --trace`)."""
+    """Call `fn` under pdb, stopped at its first line (`pytest --trace`); outside a rank,
+    plainly.
+
+    Args:
+        fn: the test function (or what runs it) to step through.
+        args: its positional arguments.
+        kwargs: its keyword arguments.
+    """
     to = channel()
     if to is None:
         return fn(*args, **kwargs)

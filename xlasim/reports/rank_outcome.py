@@ -129,7 +129,19 @@ def call(
     collect: Collect = RESULT_ONLY,
     run: Any = None,
 ) -> RankOutcome:
-    """Call `fn(*args, **kwargs)` as `rank` of `run` and say how it ended (never raises)."""
+    """Call `fn(*args, **kwargs)` as `rank` of `run` and say how it ended (never raises).
+
+    Args:
+        rank: the rank the calling thread plays, global in the launch.
+        size: the launch's number of ranks.
+        fn: the rank's function.
+        args: its positional arguments.
+        kwargs: its keyword arguments.
+        collect: what to keep of the call besides its result (output, a rendering of its
+            error).
+        run: the launch the rank belongs to, which keys its captured output (ranks of
+            several launches may share a process); None where the process runs one rank.
+    """
     # Output not kept still passes through whole lines at a time (rank_output's docstring).
     routing = rank_output.captured(run, rank, collect.tee or not collect.output, collect.output)
     start = time.perf_counter()

@@ -171,7 +171,12 @@ def redirected(stdout: TextIO, stderr: TextIO) -> Iterator[Callable[[], Any]]:
     returns a context manager inside which the rank's writes go where they went before (its
     captured output: `capsys.disabled()`).
 
-    Raises `RuntimeError` when the calling thread does not capture as a rank."""
+    Raises `RuntimeError` when the calling thread does not capture as a rank.
+
+    Args:
+        stdout: where the rank's writes to `sys.stdout` go while inside.
+        stderr: where its writes to `sys.stderr` go while inside.
+    """
     ident = threading.get_ident()
     with _lock:
         before = _by_thread.get(ident)

@@ -44,7 +44,13 @@ _windows: dict[Any, list[Any]] = {}
 
 
 def open_window(run: Any, ranks: int) -> None:
-    """The first of this process's `ranks` ranks to start in `run` snapshots the counters."""
+    """The first of this process's `ranks` ranks to start in `run` snapshots the counters.
+
+    Args:
+        run: the launch (its identity keys the window; `close_window` is given the same).
+        ranks: how many of the launch's ranks run in this process; the last of them to call
+            `close_window` gets the growth.
+    """
     with _lock:
         if id(run) not in _windows:
             _windows[id(run)] = [ranks, counts()]

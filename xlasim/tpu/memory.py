@@ -374,7 +374,15 @@ _host_available: Callable[[], int | None] = _unknown_host_memory
 def configure(hbm_bytes: int, host_available: Callable[[], int | None]) -> None:
     """Keep the ledger in this process against `hbm_bytes` per device (the emulated
     generation's HBM: a TensorCore's, or a megacore chip's), refusing steps this machine
-    cannot hold (`host_available()`: its free bytes, None if unknown)."""
+    cannot hold (`host_available()`: its free bytes, None if unknown).
+
+    Args:
+        hbm_bytes: the HBM one emulated XLA device has, in bytes; a step needing more is refused
+            as the TPU would.
+        host_available: returns this machine's free memory in bytes, or None when it cannot
+            tell (then only the HBM limit is checked); asked when a step grows past a
+            threshold.
+    """
     global _hbm_bytes, _host_available, _data_types, _tensor_id
     import torch
     import torch_xla

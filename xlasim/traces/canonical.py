@@ -120,7 +120,12 @@ def first_divergence(
 ) -> Divergence | None:
     """The earliest place (lowest collective number, then lowest rank) where two traces differ
     in a call or its site; else where they differ in how a call ended (a rank released from a
-    wait by another's failure follows the divergence, it is not one); None when equal."""
+    wait by another's failure follows the divergence, it is not one); None when equal.
+
+    Args:
+        first: one trace's collectives, each rank's in the order it called them (`read`).
+        second: the trace compared with it, in the same form.
+    """
     for same in (lambda a, b: (a.launch, a.call, a.site) == (b.launch, b.call, b.site), _equal):
         found: list[Divergence] = []
         for rank in sorted(set(first) | set(second)):

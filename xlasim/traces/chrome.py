@@ -167,7 +167,12 @@ def _flow(flow: int, members: list[Collective], us) -> list[dict[str, Any]]:
 
 
 def write(timeline: Timeline, path: str | Path) -> None:
-    """Write `trace.json`, encoded in one piece (`_encoded`)."""
+    """Write `trace.json`, encoded in one piece (`_encoded`).
+
+    Args:
+        timeline: the recorded launch, loaded (`timeline.load`).
+        path: the file to write (replaced if it exists).
+    """
     document = {"traceEvents": events(timeline), "displayTimeUnit": "ms"}
     Path(path).write_bytes(_encoded(document))
 

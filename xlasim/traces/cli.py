@@ -29,7 +29,12 @@ def run_trace(options: argparse.Namespace) -> int:
 
 
 def diff(first: str, second: str) -> int:
-    """Print the first divergence of two traces; 1 when there is one, 0 when they agree."""
+    """Print the first divergence of two traces; 1 when there is one, 0 when they agree.
+
+    Args:
+        first: a trace directory or its collectives.txt, as typed (the report names it so).
+        second: the trace compared with it, in either form.
+    """
     found = canonical.first_divergence(canonical.read(first), canonical.read(second))
     if found is None:
         print(f"the traces' collectives are the same ({first}, {second})")
@@ -39,6 +44,13 @@ def diff(first: str, second: str) -> int:
 
 
 def plot(directory: str, output: str) -> int:
+    """Draw a recorded trace as a PNG of ranks against time; 0 when written, 2 when it cannot
+    be (no matplotlib, or nothing recorded there).
+
+    Args:
+        directory: a trace directory (`xlasim run --trace DIR`) holding recorded events.
+        output: the PNG file to write.
+    """
     from . import plot as plotting
     from . import timeline
 

@@ -118,6 +118,10 @@ def write(directory: Path, failed: bool = False) -> TraceFiles:
     written and then go by reference counting; collections in between find nothing, and would
     move them into older generations, whose full collections (the whole of torch's objects)
     then come sooner.
+
+    Args:
+        directory: the launch's trace directory, whose recorded events are read.
+        failed: whether ranks of the launch failed (a picture is drawn only then).
     """
     tracer = recorder.current()
     if tracer is not None:
@@ -154,7 +158,12 @@ def _collector_paused() -> Iterator[None]:
 
 
 def name_files(error: BaseException, files: TraceFiles) -> None:
-    """Add the files to an error's message (its report is read where the files are wanted)."""
+    """Add the files to an error's message (its report is read where the files are wanted).
+
+    Args:
+        error: the launch's error; its first argument, when a string, gains the files' names.
+        files: what the traced launch wrote.
+    """
     note = "\n" + files.describe()
     if error.args and isinstance(error.args[0], str):
         error.args = (error.args[0] + note, *error.args[1:])

@@ -106,7 +106,13 @@ class Timeline:
 
 def load(directory: str | Path, until: int | None = None) -> Timeline:
     """The timeline of a recorded directory; unfinished spans (a hang) run to `until` (default:
-    when its trace.json was written, else now)."""
+    when its trace.json was written, else now).
+
+    Args:
+        directory: a trace directory holding recorded events.
+        until: the end given to spans never closed, in `time.monotonic_ns()` nanoseconds (the
+            events' clock); None: when trace.json was written, or now if it was not.
+    """
     streams = model.read_ranks(directory)
     arrivals = _arrivals(model.read_meetings(directory))
     ranks: dict[int, RankTimeline] = {}
