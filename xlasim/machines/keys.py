@@ -46,7 +46,12 @@ class PodKeys:
     @classmethod
     def of(cls, token: str, challenge: str) -> PodKeys:
         """The keys of the pod whose machine 0 published `challenge`, as holders of `token`
-        name them (a proof of "keys": no machine ever publishes that one)."""
+        name them (a proof of "keys": no machine ever publishes that one).
+
+        Args:
+            token: the pod's shared secret, as every machine was given it.
+            challenge: the random text machine 0 published in the rendezvous store.
+        """
         return cls(f"pod/{proof(token, challenge, 'keys')}")
 
     def verdict(self, ticket: int) -> str:
@@ -64,11 +69,22 @@ class PodKeys:
         return f"{self.space}/gloo"
 
     def failure(self, launch: int, machine: int) -> str:
-        """Where `machine` says why its share of launch `launch` failed."""
+        """Where `machine` says why its share of launch `launch` failed.
+
+        Args:
+            launch: the launch's number, counted alike on every machine of the pod.
+            machine: the machine rank that failed.
+        """
         return f"{self.space}/launch/{launch}/failed/{machine}"
 
     def mailbox(self, launch: int, channel: str) -> str:
-        """The pod's mailbox of a point-to-point `channel` (its text) in launch `launch`."""
+        """The pod's mailbox of a point-to-point `channel` (its text) in launch `launch`.
+
+        Args:
+            launch: the launch's number, counted alike on every machine of the pod.
+            channel: the channel's key as text (an `xm.send` channel id, or the process
+                group's sender, receiver and tag).
+        """
         return f"{self.space}/launch/{launch}/mailbox/{channel}"
 
     def left(self, machine: int) -> str:

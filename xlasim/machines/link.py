@@ -37,7 +37,13 @@ GLOO_MARGIN_S = 5.0
 
 
 def header(check: int, length: int) -> torch.Tensor:
-    """What goes before a message's bytes: the check of its collective's key, and its length."""
+    """What goes before a message's bytes: the check of its collective's key, and its length.
+
+    Args:
+        check: a number both ends compute from the collective's key, so that a message of
+            another collective is refused rather than read as this one's.
+        length: the message's length in bytes.
+    """
     return torch.tensor([check, length], dtype=torch.int64)
 
 
@@ -226,7 +232,12 @@ class PodLink:
     # ------------------------------------------------------------- notices through the store
 
     def publish_failure(self, launch: int, text: str) -> None:
-        """Tell the other machines this machine's share of launch `launch` failed, and why."""
+        """Tell the other machines this machine's share of launch `launch` failed, and why.
+
+        Args:
+            launch: the launch's number, counted alike on every machine of the pod.
+            text: why, as the other machines' errors quote it.
+        """
         # When the rendezvous is gone, the others see this machine's links break instead.
         with suppress(RuntimeError):
             self._store.set(self.keys.failure(launch, self.settings.machine_rank), text)
@@ -246,7 +257,12 @@ class PodLink:
         return found
 
     def failed(self, machine: int, notice: str) -> MachineLostError:
-        """The error of a machine that published a failure (`notice`)."""
+        """The error of a machine that published a failure (`notice`).
+
+        Args:
+            machine: the machine rank that failed.
+            notice: what it published about its failure (`publish_failure`).
+        """
         return MachineLostError(
             f"{self.describe(machine)} failed during the run; this machine's ranks were "
             f"released. It said: {notice}",

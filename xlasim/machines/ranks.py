@@ -44,6 +44,13 @@ class MachineRanks(ProcessRanks):
         return self.settings.hosts_of(self.topology, self.settings.machine_rank)
 
     def dispatch(self, run: Run, jobs: list[tuple[Callable[..., Any], tuple, dict]]) -> None:
+        """Start this machine's ranks of a launch; the others' are marked remote on `run`, met
+        through the pod's link.
+
+        Args:
+            run: the launch's shared state on this machine.
+            jobs: every global rank's `(function, args, kwargs)`, indexed by rank.
+        """
         self._launch = next(self._launches)
         mine = self.settings.ranks_of(self.topology, self.settings.machine_rank)
         remote = [rank for rank in range(len(jobs)) if rank not in mine]

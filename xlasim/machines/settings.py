@@ -54,16 +54,32 @@ class PodSettings:
     message_limit: int = field(default_factory=physical_memory)
 
     def hosts_of(self, topology: Topology, machine: int) -> range:
-        """The emulated hosts `machine` holds: an equal, contiguous share of the slice's."""
+        """The emulated hosts `machine` holds: an equal, contiguous share of the slice's.
+
+        Args:
+            topology: the whole slice the pod emulates.
+            machine: a machine rank of the pod.
+        """
         share = topology.hosts // self.machines
         return range(machine * share, (machine + 1) * share)
 
     def ranks_of(self, topology: Topology, machine: int) -> range:
-        """The global ranks `machine` holds (its hosts' cores)."""
+        """The global ranks `machine` holds (its hosts' cores).
+
+        Args:
+            topology: the whole slice the pod emulates.
+            machine: a machine rank of the pod.
+        """
         share = topology.devices // self.machines
         return range(machine * share, (machine + 1) * share)
 
     def machine_of(self, topology: Topology, rank: int) -> int:
+        """The machine that holds global rank `rank`.
+
+        Args:
+            topology: the whole slice the pod emulates.
+            rank: a global rank of the slice.
+        """
         return rank // (topology.devices // self.machines)
 
     def check(self, topology: Topology) -> None:
@@ -80,7 +96,12 @@ class PodSettings:
             )
 
     def describe_machine(self, topology: Topology, machine: int) -> str:
-        """`machine 1 (hosts 2-3, ranks 8-15)`: how reports name a machine."""
+        """`machine 1 (hosts 2-3, ranks 8-15)`: how reports name a machine.
+
+        Args:
+            topology: the whole slice the pod emulates.
+            machine: a machine rank of the pod.
+        """
         hosts, ranks = self.hosts_of(topology, machine), self.ranks_of(topology, machine)
         return f"machine {machine} (hosts {_span(hosts)}, ranks {_span(ranks)})"
 
@@ -129,8 +150,12 @@ def export(
     read them; on machine 0 of a pod without a token, make one and print it for the others.
 
     Args:
-        machines, machine_rank, rendezvous, token, address: the options (None: not given, the
+        machines: how many machines the pod has (None: not given; so for each option, the
             environment's value, if any, stands).
+        machine_rank: which of them this one is.
+        rendezvous: machine 0's `HOST:PORT`, where the machines meet.
+        token: the pod's shared secret.
+        address: this machine's address as the others reach it.
         token_flag: how the user passes the token to the other machines, for the printed line.
     """
     for value, name in (

@@ -51,7 +51,12 @@ class MachineCall:
 
     @classmethod
     def of(cls, call: Any, machine: int) -> MachineCall:
-        """A call of this machine's rank (`emulation.rendezvous.Call`)."""
+        """A call of this machine's rank (`emulation.rendezvous.Call`).
+
+        Args:
+            call: the rank's call as the rendezvous recorded it.
+            machine: the machine rank the call was made on.
+        """
         return cls(call.op, signature_text(call.signature), call.location, machine)
 
     def describe(self) -> str:
@@ -91,7 +96,12 @@ def encode(arrivals: dict[int, tuple[Any, Any]]) -> bytes:
 
 
 def frame(header: Any, buffers: list[bytes]) -> bytes:
-    """A message: the 8-byte length of the JSON `header`, the header, then the raw buffers."""
+    """A message: the 8-byte length of the JSON `header`, the header, then the raw buffers.
+
+    Args:
+        header: what describes the buffers, JSON-serializable.
+        buffers: the raw bytes that follow it, in the order the header lists them.
+    """
     text = json.dumps(header).encode()
     return b"".join([len(text).to_bytes(_LENGTH, "big"), text, *buffers])
 
@@ -123,7 +133,12 @@ def take(view: memoryview, offset: int, count: Any) -> tuple[memoryview, int]:
 
 def decode(message: bytes, machine: int) -> dict[int, tuple[MachineCall, Any]]:
     """Another machine's message as `{rank: (call, payload)}`; a malformed one is an error
-    naming the machine."""
+    naming the machine.
+
+    Args:
+        message: the bytes as received (`frame`'s form).
+        machine: the machine rank that sent it.
+    """
     try:
         entries, view, offset = unframe(message)
         arrivals = {}
@@ -148,7 +163,12 @@ def decode(message: bytes, machine: int) -> dict[int, tuple[MachineCall, Any]]:
 
 
 def tensor_layout(tensor: torch.Tensor, whose: str) -> dict[str, Any]:
-    """What a receiver needs to rebuild `tensor` from its bytes; `whose` names it in errors."""
+    """What a receiver needs to rebuild `tensor` from its bytes.
+
+    Args:
+        tensor: a tensor to send.
+        whose: whose tensor it is (a rank, a collective), as a refusal names it.
+    """
     name = str(tensor.dtype).removeprefix("torch.")
     if name not in DTYPES:
         raise XlasimError(f"{whose} {tensor.dtype} tensor cannot cross machines")
@@ -164,7 +184,12 @@ def tensor_bytes(tensor: torch.Tensor) -> bytes:
 def tensor_from(raw: memoryview, layout: dict[str, Any]) -> torch.Tensor:
     """The tensor of `layout` (`tensor_layout`) over a copy of `raw`; the dtype comes from the
     fixed table, so a peer's header can name nothing else, and the shape must hold exactly the
-    bytes given (a shape alone never allocates: raises ValueError otherwise)."""
+    bytes given (a shape alone never allocates: raises ValueError otherwise).
+
+    Args:
+        raw: the tensor's bytes within a received message.
+        layout: the sender's description of it (dtype name, shape, byte count).
+    """
     dtype = DTYPES[layout["dtype"]]
     shape = layout["shape"]
     if not isinstance(shape, list) or not all(
