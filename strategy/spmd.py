@@ -50,7 +50,7 @@ from torch_xla.experimental.spmd_fully_sharded_data_parallel import (
 )
 
 from .checkpoint_io import CheckpointNotFoundError, check_storage_options
-from .launcher import InProcessLauncher
+from .launching import InProcessLauncher
 from .precision import Precision
 from .strategy import XLAStrategy
 from .tying import move_module

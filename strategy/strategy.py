@@ -29,7 +29,7 @@ from . import collectives
 from .checkpoint_io import CheckpointError, XLACheckpointIO, check_storage_options
 from .debug import metrics_report
 from .devices import parse_devices
-from .launcher import InProcessLauncher, XLALauncher
+from .launching import InProcessLauncher, XLALauncher
 from .precision import Precision, select_precision
 from .sampling import to_device_loader
 from .tying import move_module

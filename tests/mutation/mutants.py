@@ -288,7 +288,7 @@ MUTANTS = (
     mutant(
         "launcher-every-rank-writes-results",
         "every rank writes the launch's results file (a launcher race)",
-        "strategy/launcher.py",
+        "strategy/launching.py",
         "    if strategy.is_global_zero:\n        save_atomic(result",
         "    if True:\n        save_atomic(result",
     ),

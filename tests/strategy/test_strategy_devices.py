@@ -12,7 +12,7 @@ from strategy import (
     parse_devices,
     strategy_for,
 )
-from strategy.launcher import XLALauncher
+from strategy.launching import XLALauncher
 
 
 def xla(*indices):
