@@ -8,7 +8,7 @@ from mutant import mutant
 CLOCKS = "xlasim/races/clocks.py"
 ACCESSES = "xlasim/races/accesses.py"
 WATCH = "xlasim/races/watch.py"
-SCHEDULE = "xlasim/races/schedule.py"
+SCHEDULE = "xlasim/races/pct.py"
 SCHEDULER = "xlasim/races/scheduler.py"
 RENDEZVOUS = "xlasim/emulation/rendezvous.py"
 CLOCKS_TESTS = ("tests/core/test_race_clocks.py",)

@@ -6,7 +6,7 @@
   (`accesses`) fail the launch with a `RaceError` (`report`), even when every rank returned.
 - schedules (`XLASIM_SCHEDULE=SEED`, `--schedule SEED`): ranks take turns, and at every
   scheduling point (start, file operation, collective entry and exit, send, receive, sleep) the
-  seed's PCT policy (`schedule`) decides who runs next (`scheduler`); each launch's decisions are
+  seed's PCT policy (`pct`) decides who runs next (`scheduler`); each launch's decisions are
   written and compared with the recorded ones (`interleavings`); `explore` runs N seeds.
 
 Off by default, and then nothing is recorded, installed or scheduled.

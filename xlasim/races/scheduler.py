@@ -6,7 +6,7 @@ made), each collective's entry and exit, each send and receive, and each `time.s
 is RUNNING (it holds the turn, or has not reached its first point yet), PARKED at a point
 (it may run when chosen), BLOCKED in the rendezvous (a collective whose other members have not
 all arrived, a receive with no message: the rendezvous enables it again), or DONE. A decision
-is made when no rank runs, among the parked ones, by the seed's policy (`schedule.Pct`): the
+is made when no rank runs, among the parked ones, by the seed's policy (`pct.Pct`): the
 set of parked ranks at each decision follows from the decisions before it, never from timing,
 so a seed decides the whole interleaving, whatever the machine's load.
 
@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 
 from ..base import debugger_clock
 from .interleavings import Decision
-from .schedule import DEFAULT_DEPTH, Pct
+from .pct import DEFAULT_DEPTH, Pct
 
 RUNNING, PARKED, BLOCKED, DONE = "running", "parked", "blocked", "done"
 START = "start"

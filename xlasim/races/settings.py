@@ -11,7 +11,7 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING
 
 from .interleavings import restart
-from .schedule import DEFAULT_DEPTH
+from .pct import DEFAULT_DEPTH
 
 if TYPE_CHECKING:
     from ..reports.rank_outcome import Collect
