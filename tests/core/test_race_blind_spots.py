@@ -15,7 +15,7 @@ import torch_xla.runtime as xr
 from xlasim.base.topology import Topology
 from xlasim.races import RaceError, detecting
 from xlasim.races import watch as watch_module
-from xlasim.races.report import RaceRecordingError
+from xlasim.races.race_report import RaceRecordingError
 from xlasim.ranks.world import World
 
 

@@ -22,7 +22,7 @@ from .accesses import Access, Race, races
 from .clocks import clocks
 from .hosts import explain_missing_files
 from .interleavings import Interleaving, record
-from .report import RaceError, RaceRecordingError, describe, describe_unrecorded
+from .race_report import RaceError, RaceRecordingError, describe, describe_unrecorded
 from .scheduler import Scheduler
 from .settings import (
     RACES_ENV,
