@@ -3,7 +3,7 @@
 - detection (`XLASIM_RACES=1`, `xlasim run --races`, `pytest --xla-races`): every rank's file
   accesses (`watch`) are placed on vector clocks computed from the collectives that
   synchronised the ranks (`syncs`, `clocks`); conflicting accesses no collective orders
-  (`accesses`) fail the launch with a `RaceError` (`report`), even when every rank returned.
+  (`accesses`) fail the launch with a `RaceError` (`race_report`), even when every rank returned.
 - schedules (`XLASIM_SCHEDULE=SEED`, `--schedule SEED`): ranks take turns, and at every
   scheduling point (start, file operation, collective entry and exit, send, receive, sleep) the
   seed's PCT policy (`pct`) decides who runs next (`scheduler`); each launch's decisions are
