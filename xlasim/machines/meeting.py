@@ -23,7 +23,7 @@ from . import wire
 from .link import PodLink
 
 
-class Meetings:
+class PodMeetings:
     """Launch `launch`'s meetings with other machines: a `Run`'s `machines`."""
 
     def __init__(self, link: PodLink, launch: int):

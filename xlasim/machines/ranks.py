@@ -2,7 +2,7 @@
 failures it passes to and takes from the other machines.
 
 The world on every machine dispatches each launch to its own ranks only; the others are marked
-remote in the launch's `Run`, which meets them through `Meetings`. A launch that fails here
+remote in the launch's `Run`, which meets them through `PodMeetings`. A launch that fails here
 (a rank raised, calls did not match, a rank hung) is published for the others, whose supervisors
 look for such notices at every poll and stop their share of the launch naming this machine.
 """
@@ -22,7 +22,7 @@ from ..reports.rank_outcome import RankOutcome
 from . import results
 from .join import join
 from .link import PodLink
-from .meeting import Meetings
+from .meeting import PodMeetings
 from .settings import PodSettings
 
 #: The longest failure text passed to the other machines.
@@ -54,7 +54,7 @@ class MachineRanks(ProcessRanks):
         self._launch = next(self._launches)
         mine = self.settings.ranks_of(self.topology, self.settings.machine_rank)
         remote = [rank for rank in range(len(jobs)) if rank not in mine]
-        run.mark_remote(remote, Meetings(self._link, self._launch))
+        run.mark_remote(remote, PodMeetings(self._link, self._launch))
         super().dispatch(run, jobs)
 
     def check(self, run: Run) -> None:
