@@ -93,7 +93,7 @@ class MachineRanks(ProcessRanks):
         mine = [r for r in self.settings.ranks_of(self.topology, me) if r < run.size]
         others = [m for m in range(self.settings.machines) if m != me]
         own = {
-            rank: records.Recorded(
+            rank: records.RankRecords(
                 run.syncs.syncs[rank],
                 run.outcomes[rank].accesses if run.outcomes[rank] is not None else None,
                 run.outcomes[rank].unrecorded if run.outcomes[rank] is not None else None,

@@ -21,7 +21,7 @@ from .clocks import Sync
 
 
 @dataclass
-class Recorded:
+class RankRecords:
     """One rank's records: its synchronisations in order, its accesses (None: not recorded),
     and what could not be recorded."""
 
@@ -30,8 +30,8 @@ class Recorded:
     unrecorded: list[str] | None
 
 
-def encode(records: dict[int, Recorded]) -> bytes:
-    """Some ranks' records, `{rank: Recorded}`, as a message."""
+def encode(records: dict[int, RankRecords]) -> bytes:
+    """Some ranks' records, `{rank: RankRecords}`, as a message."""
     tree = {
         str(rank): {
             "syncs": [[s.kind, s.key, list(s.members)] for s in record.syncs],
@@ -45,13 +45,13 @@ def encode(records: dict[int, Recorded]) -> bytes:
     return json.dumps(tree).encode()
 
 
-def decode(message: bytes) -> dict[int, Recorded]:
-    """A message `encode` made, as `{rank: Recorded}`."""
+def decode(message: bytes) -> dict[int, RankRecords]:
+    """A message `encode` made, as `{rank: RankRecords}`."""
     records = {}
     for rank, tree in json.loads(message).items():
         syncs = [Sync(kind, _tuples(key), tuple(members)) for kind, key, members in tree["syncs"]]
         accesses = tree["accesses"]
-        records[int(rank)] = Recorded(
+        records[int(rank)] = RankRecords(
             syncs,
             None if accesses is None else [Access(**fields) for fields in accesses],
             tree["unrecorded"],

@@ -46,7 +46,7 @@ REPLY_TIMEOUT_S = 10.0
 LOOPBACK = "127.0.0.1"
 
 
-class _Links:
+class _LinkServer:
     """The launching process's ends of the worker ranks' links: one serving thread per rank,
     each forwarding its rank's calls to the `Run` of the current launch."""
 
@@ -304,7 +304,7 @@ class ProcessRanks:
         #: Worker processes (by pid) whose links broke: a replaced worker's old links break
         #: after it is replaced, so lost ranks would wrongly mark its successor.
         self._lost: set[int] = set()
-        self._links = _Links(self._lost.add)
+        self._links = _LinkServer(self._lost.add)
         self._store = _loopback_store()
         hosts = self.local_hosts()
         # The launching host works in the launching directory; every other host has its own.
