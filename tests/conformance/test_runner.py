@@ -15,22 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from xlasim.conformance.classify import (
-    CRASHED,
-    FAILED,
-    KNOWN_BUG,
-    NEEDS_PACKAGE,
-    NEEDS_TPU_HARDWARE,
-    PASSED,
-    SILENT_SKIP,
-    Row,
-    classify,
-    failure,
-)
+from xlasim.conformance.classify import KNOWN_BUG, NEEDS_TPU_HARDWARE, classify, failure
 from xlasim.conformance.discovery import PYTEST, SCRIPT, Job, discover, modes
-from xlasim.conformance.execution import Outcome
-from xlasim.conformance.reasons import first_error_line, unittest_summary
-from xlasim.conformance.table import failing
+from xlasim.runners.execution import Outcome
+from xlasim.runners.reasons import first_error_line, unittest_summary
+from xlasim.runners.rows import CRASHED, FAILED, NEEDS_PACKAGE, PASSED, SILENT_SKIP, Row
+from xlasim.runners.table import failing
 
 #: Two cores as threads of one process: the cheapest slice on which collectives mean something.
 SLICE = ("--devices", "2", "--processes", "1")
