@@ -18,10 +18,9 @@ from ..runners.execution import (
     RunFiles,
     Slice,
     child_environment,
-    probed_pytest_options,
     run_recorded,
 )
-from ..runners.probe_names import PROGRESS_ENV
+from ..runners.probe_names import PROGRESS_ENV, probed_pytest_options
 from .discovery import PYTEST, TORCHRUN, Job
 from .expectations import FILE_ENV
 

@@ -18,10 +18,9 @@ from ..runners.execution import (
     RunFiles,
     Slice,
     child_environment,
-    probed_pytest_options,
     run_recorded,
 )
-from ..runners.probe_names import PROGRESS_ENV
+from ..runners.probe_names import PROGRESS_ENV, probed_pytest_options
 from .discovery import ACCELERATE_LAUNCH, PYTEST, TRANSFORMERS_XLA_SPAWN, Job
 
 #: Hugging Face's switches that keep every download from happening (huggingface_hub, datasets,

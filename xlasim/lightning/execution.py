@@ -22,10 +22,9 @@ from ..runners.execution import (
     RunFiles,
     Slice,
     child_environment,
-    probed_pytest_options,
     run_recorded,
 )
-from ..runners.probe_names import PROGRESS_ENV
+from ..runners.probe_names import PROGRESS_ENV, probed_pytest_options
 
 #: Lightning's switches (tests/tests_pytorch/conftest.py, tests/tests_fabric/conftest.py).
 TPU_TESTS_ENV = "PL_RUN_TPU_TESTS"

@@ -17,7 +17,6 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -152,25 +151,6 @@ def child_environment(timeout: float) -> dict[str, str]:
     # reports a real hang, with every rank's stack, before the run is killed.
     env.setdefault("XLASIM_TIMEOUT", f"{max(timeout / 2, 60):.0f}")
     return env
-
-
-def probed_pytest_options(junit: Path, deselect: Sequence[str]) -> list[str]:
-    """The pytest options of a probed run: junit with every test's output, the probe plugin
-    that records each test's launches and collectives, and the tests left out."""
-    return [
-        f"--junitxml={junit}",
-        "-o",
-        "junit_logging=all",
-        "-o",
-        "junit_family=xunit1",
-        # sys, not fd: XLA's own log lines (the reason for an abort) reach the output.
-        "--capture=sys",
-        "-p",
-        "no:cacheprovider",
-        "-p",
-        "xlasim.runners.pytest_probe",
-        *(f"--deselect={id}" for id in deselect),
-    ]
 
 
 def run_bounded(
