@@ -4,10 +4,11 @@
                         [-k SUBSTRING] [--json FILE] [--suite mp|spmd|tpu|all] [--logs DIR]
 
 Each test file runs in its own subprocess (`discovery` decides how: as a script under
-`xlasim run`, under pytest, or both), bounded by a timeout (`execution`); `classify` turns what
-came back into rows, never counting a script that tested nothing as a pass (reading the output
-with `reasons`, and knowing a few tests by name from `expectations`), and `table` prints them. The exit status is non-zero when any row failed, crashed, timed out or silently skipped,
-so the command can gate CI.
+`xlasim run`, under pytest, or both), bounded by a timeout (`execution`, over the runners' kit
+`xlasim.runners`); `classify` turns what came back into rows, never counting a script that
+tested nothing as a pass (reading the output with the kit's `reasons`, and knowing a few tests
+by name from `expectations`), and the kit's `table` prints them. The exit status is non-zero
+when any row failed, crashed, timed out or silently skipped, so the command can gate CI.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ mode, each non-pass with a reason.
 A pass has to be earned. torch_xla's multi-device tests gate on the hardware and exit 0 having
 checked nothing when the device is not a TPU, so in the `mp` suite a script passes only if its
 run report shows launched ranks and completed collectives, and a pytest test only if its own
-counts do (see pytest_probe); torch_xla's "not a TPU device" messages are a second net.
+counts do (see `xlasim.runners.pytest_probe`); torch_xla's "not a TPU device" messages are a
+second net.
 """
 
 from __future__ import annotations
