@@ -32,7 +32,7 @@ def execute(
     anything the test writes to its current directory lands, with its output and reports);
     `native`: instead without xlasim, on one CPU device, as torch_xla's CPU CI runs it (the
     baseline a `tpu` suite row is compared with)."""
-    files = RunFiles(workdir).fresh()
+    files = RunFiles.of(workdir).fresh()
     return run_recorded(
         native_command(job, files.junit) if native else command(job, slice, files.junit),
         env=environment(job, timeout, files.report, files.progress, native=native),

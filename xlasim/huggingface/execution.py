@@ -31,7 +31,7 @@ OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFL
 def execute(job: Job, slice: Slice, timeout: float, workdir: Path) -> Outcome:
     """Run `job` on `slice`, bounded by `timeout` seconds; its output, junit file and run
     report go to `workdir`, which is also its working directory."""
-    files = RunFiles(workdir).fresh()
+    files = RunFiles.of(workdir).fresh()
     return run_recorded(
         command(job, slice, files.junit),
         env=environment(timeout, files.report, files.progress),

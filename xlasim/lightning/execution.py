@@ -50,7 +50,7 @@ class Run:
 def execute(run: Run, slice: Slice, timeout: float, workdir: Path) -> Outcome:
     """Run `run` on the emulated `slice` from `run.tests` (pytest's rootdir); its output, junit
     file and progress file go to `workdir`, with a record to classify it again from."""
-    files = RunFiles(workdir).fresh()
+    files = RunFiles.of(workdir).fresh()
     (workdir / RECORD).unlink(missing_ok=True)
     outcome = run_recorded(
         command(run, slice, files.junit),
@@ -72,7 +72,7 @@ RECORD = "run.json"
 def load(workdir: Path) -> Outcome:
     """The outcome of the run recorded in `workdir`."""
     record = json.loads((workdir / RECORD).read_text())
-    return RunFiles(workdir).outcome(record["status"], record["seconds"], record["timeout"])
+    return RunFiles.of(workdir).outcome(record["status"], record["seconds"], record["timeout"])
 
 
 def command(run: Run, slice: Slice, junit: Path) -> list[str]:

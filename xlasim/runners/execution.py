@@ -77,25 +77,19 @@ class Outcome:
 @dataclass(frozen=True)
 class RunFiles:
     """Where one run leaves its output, run report (script mode), junit file and progress file
-    (the ids of the tests that started), all in its working directory."""
+    (the ids of the tests that started), all in its working directory (`RunFiles.of`)."""
 
     workdir: Path
+    log: Path
+    report: Path
+    junit: Path
+    progress: Path
 
-    @property
-    def log(self) -> Path:
-        return self.workdir / "output.log"
-
-    @property
-    def report(self) -> Path:
-        return self.workdir / "run-report.json"
-
-    @property
-    def junit(self) -> Path:
-        return self.workdir / "junit.xml"
-
-    @property
-    def progress(self) -> Path:
-        return self.workdir / "started.txt"
+    @classmethod
+    def of(cls, workdir: Path) -> RunFiles:
+        """The files of the run whose working directory is `workdir`."""
+        names = ("output.log", "run-report.json", "junit.xml", "started.txt")
+        return cls(workdir, *(workdir / name for name in names))
 
     def outcome(self, status: int | None, seconds: float, timeout: float) -> Outcome:
         """What the run that ended with `status` after `seconds` (of `timeout`) left here."""
