@@ -8,8 +8,10 @@ find from it. Both drift silently, so they are checked.
 
 from __future__ import annotations
 
+import ast
 import itertools
 import re
+from collections import defaultdict
 from pathlib import Path
 
 import xlasim
@@ -50,6 +52,24 @@ def test_no_two_names_are_one_letter_apart() -> None:
     ]
     assert close == [], f"folder or module names one letter apart: {close}"
     assert one_letter_apart("races", "traces") and one_letter_apart("report", "reports")
+
+
+def test_no_two_classes_share_a_name_or_are_one_letter_apart() -> None:
+    """Two classes of one name (`Run` of a launch and of a runner's job) or of names one letter
+    apart (`Meeting`, `Meetings`) are one concept to a reader; leading underscores aside."""
+    defined = defaultdict(list)
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                defined[node.name.lstrip("_")].append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+    assert len(defined) > 100  # the classes were read
+    shared = {name: places for name, places in defined.items() if len(places) > 1}
+    close = [
+        (first, second)
+        for first, second in itertools.combinations(sorted(defined), 2)
+        if one_letter_apart(first, second)
+    ]
+    assert shared == {} and close == [], f"shared: {shared}; one letter apart: {close}"
 
 
 def folder_rows() -> dict[str, str]:

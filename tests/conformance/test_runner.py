@@ -7,6 +7,7 @@ the tests below read its table, JSON and logs. The hanging file gets its own sho
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -15,22 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from xlasim.conformance.classify import (
-    CRASHED,
-    FAILED,
-    KNOWN_BUG,
-    NEEDS_PACKAGE,
-    NEEDS_TPU_HARDWARE,
-    PASSED,
-    SILENT_SKIP,
-    Row,
-    classify,
-    failure,
-)
+from xlasim.conformance.classify import KNOWN_BUG, NEEDS_TPU_HARDWARE, classify, failure
 from xlasim.conformance.discovery import PYTEST, SCRIPT, Job, discover, modes
-from xlasim.conformance.execution import Outcome
-from xlasim.conformance.reasons import first_error_line, unittest_summary
-from xlasim.conformance.table import failing
+from xlasim.runners.execution import Outcome
+from xlasim.runners.jobs import run_without_crashes
+from xlasim.runners.reasons import first_error_line, unittest_summary
+from xlasim.runners.rows import CRASHED, FAILED, NEEDS_PACKAGE, PASSED, SILENT_SKIP, Row
+from xlasim.runners.table import failing
 
 #: Two cores as threads of one process: the cheapest slice on which collectives mean something.
 SLICE = ("--devices", "2", "--processes", "1")
@@ -478,3 +470,32 @@ def test_unittest_verdict_found_between_other_ranks_lines() -> None:
         "; ran 3 tests: FAILED (failures=1)"
     )
     assert unittest_summary("Ran 3 tests in 1s\n\nOKAY then\n") == ""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Deselecting:
+    deselect: tuple[str, ...] = ()
+
+
+def test_the_rerun_loop_stops_at_a_test_left_out_already_and_at_the_deadline() -> None:
+    """The runners' one crash/rerun loop (xlasim/runners/jobs.py): each rerun leaves out one
+    more crashed test; a test that crashes again although left out, or a spent budget, ends it
+    (test_pytest_mode_reports_each_test runs it for real)."""
+    runs: list[tuple[str, ...]] = []
+
+    def crashes(*ids: str):
+        def attempt(job: _Deselecting, timeout: float) -> str | None:
+            runs.append(job.deselect)
+            assert len(runs) <= len(ids), "the loop did not stop"
+            return ids[len(runs) - 1]
+
+        return attempt
+
+    run_without_crashes(_Deselecting(), 60.0, crashes("a", "b", None))
+    assert runs == [(), ("a",), ("a", "b")]
+    runs.clear()
+    run_without_crashes(_Deselecting(), 60.0, crashes("a", "a"))
+    assert runs == [(), ("a",)]
+    runs.clear()
+    run_without_crashes(_Deselecting(), 0.0, crashes("a"))
+    assert runs == [()]

@@ -12,8 +12,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-from xlasim.conformance.classify import PASSED
 from xlasim.conformance.discovery import SCRIPT, TORCHRUN, discover, modes
+from xlasim.runners.rows import PASSED
 
 #: In the style of torch_xla's pjrt/test_torchrun.py: an absltest file that refuses to run
 #: outside torchrun; each test joins the `xla` group in setUp and leaves it in tearDown.

@@ -17,24 +17,16 @@ from pathlib import Path
 
 import pytest
 
-from xlasim.conformance import discovery, reasons
+from xlasim.conformance import discovery
 from xlasim.conformance.baseline import BRANCHES, CLOSES, OPENS, UNKNOWN, compare
-from xlasim.conformance.classify import (
-    EMULATION_LIMIT,
-    EXPECTED_FAILURE,
-    FAILED,
-    FAILS_NATIVELY,
-    NEEDS_PACKAGE,
-    PASSED,
-    SKIPPED,
-    TIMED_OUT,
-    Row,
-    failure,
-)
+from xlasim.conformance.classify import EMULATION_LIMIT, EXPECTED_FAILURE, FAILS_NATIVELY, failure
 from xlasim.conformance.discovery import PYTEST, SCRIPT, Job, discover
-from xlasim.conformance.execution import Slice, command, native_command
+from xlasim.conformance.execution import command, native_command
 from xlasim.conformance.gates import find_gates, function_of, is_gated
-from xlasim.conformance.table import failing, format_table
+from xlasim.runners import reasons
+from xlasim.runners.execution import Slice
+from xlasim.runners.rows import FAILED, NEEDS_PACKAGE, PASSED, SKIPPED, TIMED_OUT, Row
+from xlasim.runners.table import failing, format_table
 
 
 def _gated(source: str) -> frozenset[str]:

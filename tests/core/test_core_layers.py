@@ -19,6 +19,7 @@ on purpose; `MUST_STAY_LAZY` lists them and the test checks each still is.
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("emulation", "races"),
     ("ranks", "machines"),
     ("activation", "torchrun"),
+    ("runners",),
     ("pytest_plugin", "conformance", "lightning", "huggingface"),
     ("cli", "__main__"),
     # The public surface re-exports names from every layer (the plugin's `rank_fixture` too),
@@ -107,14 +109,18 @@ def module_name(path: Path) -> str:
 MODULES = {module_name(path): path for path in PACKAGE.rglob("*.py")}
 
 
+def _source(importer: str, node: ast.ImportFrom, is_package: bool) -> str:
+    """The module an `import from` imports from, relative imports resolved."""
+    if not node.level:
+        return node.module or ""
+    base = importer.split(".")
+    base = base[: len(base) - node.level + (1 if is_package else 0)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
 def _targets(importer: str, node: ast.ImportFrom, is_package: bool) -> list[str]:
     """The modules an `import from` names: the submodule when a name is one, else the module."""
-    if node.level:
-        base = importer.split(".")
-        base = base[: len(base) - node.level + (1 if is_package else 0)]
-        source = ".".join(base + ([node.module] if node.module else []))
-    else:
-        source = node.module or ""
+    source = _source(importer, node, is_package)
     return [
         f"{source}.{alias.name}" if f"{source}.{alias.name}" in MODULES else source
         for alias in node.names
@@ -178,6 +184,31 @@ def test_imports_go_down_or_stay_in_their_layer() -> None:
         if layer(i.imported) > layer(i.importer)
     ]
     assert upward == [], "imports of a higher layer:\n" + "\n".join(upward)
+
+
+#: Folders whose modules take no private (underscore) name from another folder: the runners
+#: and their kit share what they share through public names (issue 36 item 3).
+NO_PRIVATE_IMPORTS = ("runners", "conformance", "lightning", "huggingface")
+
+
+def private_imports_across_folders(name: str) -> list[str]:
+    """`from X import _name` in module `name` where X is in another folder than `name`."""
+    path = MODULES[name]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            source = _source(name, node, path.name == "__init__.py")
+            private = [a.name for a in node.names if re.fullmatch(r"_(?!_)\w*", a.name)]
+            if private and source.startswith("xlasim.") and place(source) != place(name):
+                found += [f"{name} (line {node.lineno}) imports {source}.{p}" for p in private]
+    return found
+
+
+def test_the_runners_import_no_private_name_of_another_folder() -> None:
+    names = [name for name in MODULES if place(name) in NO_PRIVATE_IMPORTS]
+    assert len(names) > 20  # the runners were read
+    crossing = [line for name in names for line in private_imports_across_folders(name)]
+    assert crossing == [], "private names taken from another folder:\n" + "\n".join(crossing)
 
 
 def _circles(edges: dict[str, set[str]]) -> list[list[str]]:

@@ -17,9 +17,8 @@ pytest.importorskip(
 )
 
 from fixtures.other_failures import OTHER_FAILURES
-from xlasim.huggingface.classify import failure
 from xlasim.huggingface.discovery import discover
-from xlasim.huggingface.findings import FINDINGS, THEIRS
+from xlasim.huggingface.findings import FINDINGS, KNOWN_FAILURES, THEIRS
 
 FAKE = Path(__file__).parent / "fake_checkout"
 SYNC = "src/accelerate/test_utils/scripts/test_sync.py [accelerate launch --tpu]"
@@ -76,14 +75,16 @@ def test_discovery_keeps_only_what_tpu_ci_runs():
 def test_a_finding_needs_its_signature():
     assert FINDINGS[SYNC].kind == THEIRS
     text = "AssertionError: Learning rates found in each optimizer did not align\nopt: 0.1"
-    assert failure(SYNC, text, "AssertionError")[0] == THEIRS
-    other = failure(SYNC, "RuntimeError: something else", "RuntimeError: something else")
+    assert KNOWN_FAILURES.failure(SYNC, text, "AssertionError")[0] == THEIRS
+    other = KNOWN_FAILURES.failure(
+        SYNC, "RuntimeError: something else", "RuntimeError: something else"
+    )
     assert other == ("failed", "RuntimeError: something else")
     offline = "huggingface_hub.errors.OfflineModeIsEnabled: Cannot reach https://huggingface.co"
-    assert failure("any", offline, "OfflineModeIsEnabled")[0] == "needs hub"
+    assert KNOWN_FAILURES.failure("any", offline, "OfflineModeIsEnabled")[0] == "needs hub"
 
 
 @pytest.mark.parametrize("id", sorted(FINDINGS))
 def test_every_signature_matches_its_own_bug_and_no_other_failure(id):
     for text in OTHER_FAILURES:
-        assert failure(id, text, text)[0] == "failed", (id, text)
+        assert KNOWN_FAILURES.failure(id, text, text)[0] == "failed", (id, text)

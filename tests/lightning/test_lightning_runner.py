@@ -16,8 +16,7 @@ pytest.importorskip(
 )
 
 from fixtures.other_failures import OTHER_FAILURES
-from xlasim.lightning.classify import failure
-from xlasim.lightning.findings import FINDINGS, LIGHTNING_BUG
+from xlasim.lightning.findings import FINDINGS, KNOWN_FAILURES, LIGHTNING_BUG
 
 FAKE = Path(__file__).parent / "fake_checkout"
 FSDP = (
@@ -65,18 +64,20 @@ def test_runner_table_on_a_lightning_style_checkout(tmp_path, not_native):
 def test_a_finding_needs_its_signature():
     assert FINDINGS[FSDP].kind == LIGHTNING_BUG
     text = "_pickle.UnpicklingError: Weights only load failed. ..."
-    assert failure(FSDP, text, "UnpicklingError")[0] == LIGHTNING_BUG
-    other = failure(FSDP, "RuntimeError: something else", "RuntimeError: something else")
+    assert KNOWN_FAILURES.failure(FSDP, text, "UnpicklingError")[0] == LIGHTNING_BUG
+    other = KNOWN_FAILURES.failure(
+        FSDP, "RuntimeError: something else", "RuntimeError: something else"
+    )
     assert other == ("failed", "RuntimeError: something else")
 
 
 @pytest.mark.parametrize("id", sorted(FINDINGS))
 def test_every_signature_matches_its_own_bug_and_no_other_failure(id):
     for text in OTHER_FAILURES:
-        assert failure(id, text, text)[0] == "failed", (id, text)
+        assert KNOWN_FAILURES.failure(id, text, text)[0] == "failed", (id, text)
 
 
 def test_the_device_stats_finding_matches_the_missing_memory_key():
     id = "tests_pytorch/callbacks/test_device_stats_monitor.py::test_device_stats_monitor_tpu"
     text = "xlasim.RankFailedError[KeyError]: rank 0/8 raised KeyError: 'kb_free'"
-    assert failure(id, text, text)[0] == LIGHTNING_BUG
+    assert KNOWN_FAILURES.failure(id, text, text)[0] == LIGHTNING_BUG

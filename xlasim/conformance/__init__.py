@@ -4,27 +4,28 @@
                         [-k SUBSTRING] [--json FILE] [--suite mp|spmd|tpu|all] [--logs DIR]
 
 Each test file runs in its own subprocess (`discovery` decides how: as a script under
-`xlasim run`, under pytest, or both), bounded by a timeout (`execution`); `classify` turns what
-came back into rows, never counting a script that tested nothing as a pass (reading the output
-with `reasons`, and knowing a few tests by name from `expectations`), and `table` prints them. The exit status is non-zero when any row failed, crashed, timed out or silently skipped,
-so the command can gate CI.
+`xlasim run`, under pytest, or both), bounded by a timeout (`execution`, over the runners' kit
+`xlasim.runners`); `classify` turns what came back into rows, never counting a script that
+tested nothing as a pass (reading the output with the kit's `reasons`, and knowing a few tests
+by name from `expectations`), and the kit's `table` prints them. The exit status is non-zero
+when any row failed, crashed, timed out or silently skipped, so the command can gate CI.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
-import tempfile
-import time
 from pathlib import Path
 
+from ..runners.execution import Slice
+from ..runners.jobs import run_jobs, run_without_crashes, scratch_space
+from ..runners.options import add_runner_options
+from ..runners.rows import Row, crashed_test
+from ..runners.table import finish
 from .baseline import compare
-from .classify import Row, classify, crashed_test
-from .discovery import SUITES, Job, discover
-from .execution import Slice, execute
-from .runner_options import add_runner_options
-from .table import finish, print_progress
+from .classify import classify
+from .discovery import PYTEST, SUITES, Job, discover
+from .execution import execute
 
 DEFAULT_TIMEOUT_S = 600.0
 
@@ -55,21 +56,18 @@ def run_job(job: Job, slice: Slice, timeout: float, logs: Path) -> list[Row]:
 
 
 def _run_emulated(job: Job, slice: Slice, timeout: float, logs: Path) -> list[Row]:
-    """Run one job on the emulated slice and classify it. A pytest file whose process died in
-    a test (XLA aborts on a collective it cannot complete) runs again without that test, within
-    the same time budget, so one crashing test does not hide the results of the others."""
-    deadline = time.monotonic() + timeout
+    """Run one job on the emulated slice and classify it; a pytest file whose process died in
+    a test runs again without that test (`run_without_crashes`)."""
     rows: list[Row] = []
-    workdir = logs / job.slug
-    while True:
-        outcome = execute(job, slice, timeout, workdir)
+
+    def attempt(job: Job, timeout: float) -> str | None:
+        suffix = f".without-{len(job.deselect)}" if job.deselect else ""
+        outcome = execute(job, slice, timeout, logs / f"{job.slug}{suffix}")
         rows.extend(classify(job, outcome))
-        crashed = crashed_test(job, outcome)
-        timeout = deadline - time.monotonic()
-        if crashed is None or crashed in job.deselect or timeout <= 0:
-            return rows
-        job = dataclasses.replace(job, deselect=(*job.deselect, crashed))
-        workdir = logs / f"{job.slug}.without-{len(job.deselect)}"
+        return crashed_test(outcome) if job.mode == PYTEST else None
+
+    run_without_crashes(job, timeout, attempt)
+    return rows
 
 
 def run_conformance(options: argparse.Namespace) -> int:
@@ -84,14 +82,10 @@ def run_conformance(options: argparse.Namespace) -> int:
         )
         return 2
     slice = Slice(options.devices, options.processes)
-    rows: list[Row] = []
-    with tempfile.TemporaryDirectory(prefix="xlasim-conformance-") as scratch:
-        logs = options.logs.resolve() if options.logs else Path(scratch)
-        for number, job in enumerate(jobs, 1):
-            print(f"[{number}/{len(jobs)}] {job.label} ...", file=sys.stderr, flush=True)
-            found = run_job(job, slice, options.timeout, logs)
-            print_progress(found)
-            rows.extend(found)
+    with scratch_space("conformance", options.logs) as (_, logs):
+        rows = run_jobs(
+            jobs, lambda job: job.label, lambda job: run_job(job, slice, options.timeout, logs)
+        )
     return finish(rows, options.json)
 
 

@@ -20,7 +20,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from .classify import CRASHED, FAILS_NATIVELY, GATING, SILENT_SKIP, SKIPPED, TIMED_OUT, Row
+from ..runners.rows import CRASHED, GATING, SILENT_SKIP, SKIPPED, TIMED_OUT, Row
+from .classify import FAILS_NATIVELY
 from .gates import Gates, is_gated
 
 OPENS = "opens"

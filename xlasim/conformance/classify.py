@@ -4,7 +4,8 @@ mode, each non-pass with a reason.
 A pass has to be earned. torch_xla's multi-device tests gate on the hardware and exit 0 having
 checked nothing when the device is not a TPU, so in the `mp` suite a script passes only if its
 run report shows launched ranks and completed collectives, and a pytest test only if its own
-counts do (see pytest_probe); torch_xla's "not a TPU device" messages are a second net.
+counts do (see `xlasim.runners.pytest_probe`); torch_xla's "not a TPU device" messages are a
+second net.
 """
 
 from __future__ import annotations
@@ -13,20 +14,10 @@ import json
 import re
 import xml.etree.ElementTree as ET
 from collections import Counter
-from dataclasses import dataclass
-from pathlib import Path
 
-from .discovery import PYTEST, Job
-from .execution import Outcome
-from .expectations import (
-    EMULATION_LIMITS,
-    HARDWARE_GATES,
-    KNOWN_BUGS,
-    NEEDS_TPU,
-    NO_COLLECTIVES,
-)
-from .probe_names import COLLECTIVES, LAUNCHES
-from .reasons import (
+from ..runners.execution import Outcome
+from ..runners.probe_names import COLLECTIVES, LAUNCHES
+from ..runners.reasons import (
     assertion_site,
     compact,
     crash_reason,
@@ -36,54 +27,46 @@ from .reasons import (
     missing_package,
     unittest_summary,
 )
+from ..runners.rows import (
+    CRASHED,
+    FAILED,
+    NEEDS_PACKAGE,
+    PASSED,
+    SILENT_SKIP,
+    SKIPPED,
+    TIMED_OUT,
+    Row,
+    case_output,
+    case_problem,
+    crashed_test,
+    describe_launches,
+    junit_cases,
+    junit_test_id,
+    timed_out_reason,
+)
+from .discovery import PYTEST, Job
+from .expectations import (
+    EMULATION_LIMITS,
+    HARDWARE_GATES,
+    KNOWN_BUGS,
+    NEEDS_TPU,
+    NO_COLLECTIVES,
+)
 
-PASSED = "passed"
-FAILED = "failed"
-TIMED_OUT = "timed out"
-CRASHED = "crashed"
-SILENT_SKIP = "silent skip"
-SKIPPED = "skipped"
 #: A test marked as expected to fail (`unittest.expectedFailure`, `pytest.mark.xfail`) that ran
 #: and failed: what its authors ask of it (junit files it as skipped, type `pytest.xfail`).
 EXPECTED_FAILURE = "expected failure"
-NEEDS_PACKAGE = "needs package"
 NEEDS_TPU_HARDWARE = "needs TPU"
 KNOWN_BUG = "known bug"
 EMULATION_LIMIT = "emulation limit"
 #: A test the emulated identity does not touch (it runs natively on one CPU device too) that
 #: fails natively the same way: not the emulation's doing (the `tpu` suite, see `baseline`).
 FAILS_NATIVELY = "fails natively too"
-#: Results that fail the run (and a CI job gated on it).
-GATING = frozenset({FAILED, TIMED_OUT, CRASHED, SILENT_SKIP})
-
-
-@dataclass(frozen=True)
-class Row:
-    """One file's or test's result. `native` and `identity` are filled in the `tpu` suite
-    only (`baseline`): the result natively on one CPU device, and what the emulated TPU
-    identity did to the test."""
-
-    id: str
-    mode: str
-    result: str
-    seconds: float
-    reason: str
-    native: str = ""
-    identity: str = ""
 
 
 def classify(job: Job, outcome: Outcome) -> list[Row]:
     if outcome.timed_out:
-        last = last_line(outcome.output)
-        return [
-            _row(
-                job,
-                TIMED_OUT,
-                outcome.seconds,
-                f"killed after {outcome.timeout:.0f} s"
-                + (f"; last output: {last}" if last else ""),
-            )
-        ]
+        return [_row(job, TIMED_OUT, outcome.seconds, timed_out_reason(outcome))]
     if job.mode != PYTEST:  # a script, on its own or under torchrun: one row
         return [_script_row(job, outcome)]
     return _pytest_rows(job, outcome)
@@ -130,15 +113,6 @@ def _exit_zero(
     return PASSED, done + summary
 
 
-def describe_launches(launches: int, collectives: Counter[str]) -> str:
-    """ "2 launches, 24 collectives (rendezvous 17, all_reduce 7)": what ranks did on the slice."""
-    ops = ", ".join(f"{op} {n}" for op, n in collectives.most_common())
-    total = sum(collectives.values())
-    return f"{launches} launch{'es' if launches != 1 else ''}, {total} collectives" + (
-        f" ({ops})" if ops else ""
-    )
-
-
 def failure(job: Job, id: str, text: str, error: str) -> tuple[str, str]:
     """Why a run or test failed: a missing optional package, TPU-only code, a documented
     upstream bug or limit of emulation whose signature is in the output, or else `error` (its
@@ -164,7 +138,7 @@ def _pytest_rows(job: Job, outcome: Outcome) -> list[Row]:
     crash = crash_reason(status, text)
     cases = junit_cases(outcome.junit) if outcome.junit else []
     if crash and not cases:  # junit died with the process: the crash is the running test's
-        return [_row(job, CRASHED, outcome.seconds, crash, crashed_test(job, outcome))]
+        return [_row(job, CRASHED, outcome.seconds, crash, crashed_test(outcome))]
     if not cases:
         if status == 5:
             return [_row(job, SILENT_SKIP, outcome.seconds, "pytest collected no tests")]
@@ -180,44 +154,11 @@ def _pytest_rows(job: Job, outcome: Outcome) -> list[Row]:
     return rows
 
 
-def crashed_test(job: Job, outcome: Outcome) -> str | None:
-    """The pytest id of the test that was running when the process died, if one was."""
-    if job.mode != PYTEST or outcome.timed_out or outcome.junit or not outcome.started:
-        return None
-    return outcome.started[-1] if crash_reason(outcome.status, outcome.output) else None
-
-
 def _collection_failed(cases: list[ET.Element]) -> bool:
     """Whether junit has a collection error (a module that could not be imported, for one)."""
     return any(
         error.get("message") == "collection failure" for c in cases for error in c.iter("error")
     )
-
-
-def junit_cases(path: Path) -> list[ET.Element]:
-    """The test cases of a junit file (none when pytest died while writing it)."""
-    try:
-        return list(ET.parse(path).getroot().iter("testcase"))
-    except ET.ParseError:
-        return []
-
-
-def case_output(case: ET.Element) -> str:
-    """A junit case's captured stdout and stderr."""
-    return "\n".join(case.findtext(tag) or "" for tag in ("system-out", "system-err"))
-
-
-def case_problem(case: ET.Element, output: str) -> tuple[str, str] | None:
-    """A failed or erroring junit case's text to classify (message, traceback, output) and its
-    first error line; None when the case did not fail."""
-    problem = case.find("failure")
-    if problem is None:
-        problem = case.find("error")
-    if problem is None:
-        return None
-    message = problem.get("message", "").strip()
-    text = f"{message}\n{problem.text or ''}\n{output}"
-    return text, message.splitlines()[0] if message else first_error_line(text) or "failed"
 
 
 def _case_row(job: Job, case: ET.Element) -> Row:
@@ -248,22 +189,3 @@ def _case_row(job: Job, case: ET.Element) -> Row:
 
 def _test_id(job: Job, case: ET.Element) -> str:
     return junit_test_id(job.rel, case)
-
-
-def junit_test_id(rel: str, case: ET.Element) -> str:
-    """`file::Class::test` from junit's dotted classname; `rel`: the file's path relative to
-    pytest's rootdir."""
-    module = rel[: -len(".py")].replace("/", ".")
-    classname = case.get("classname", "")
-    inner = classname[len(module) + 1 :] if classname.startswith(module + ".") else ""
-    return "::".join(filter(None, [rel, *inner.split("."), case.get("name", "")]))
-
-
-def case_evidence(case: ET.Element) -> str:
-    """What a passing test did on the emulated slice, from the probe's junit properties: ranks
-    launched and collectives completed (a test of configuration logic launches nothing)."""
-    properties = {p.get("name"): p.get("value") for p in case.iter("property")}
-    launches = int(properties.get(LAUNCHES) or 0)
-    if not launches:
-        return "in the test process (no ranks launched)"
-    return describe_launches(launches, Counter(json.loads(properties.get(COLLECTIVES) or "{}")))

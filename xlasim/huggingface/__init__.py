@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 from pathlib import Path
 
-from ..conformance.classify import Row
-from ..conformance.execution import Slice
-from ..conformance.runner_options import add_runner_options
-from ..conformance.table import finish, print_progress
+from ..runners.execution import Slice
+from ..runners.jobs import run_jobs, scratch_space
+from ..runners.options import add_runner_options
+from ..runners.rows import Row
+from ..runners.table import finish
 from .classify import classify
 from .discovery import discover
 from .execution import execute
@@ -51,14 +51,12 @@ def run_huggingface(options: argparse.Namespace) -> int:
         print(f"xlasim huggingface: no TPU tests or scripts under {checkout}", file=sys.stderr)
         return 2
     slice = Slice(options.devices, options.processes)
-    rows: list[Row] = []
-    with tempfile.TemporaryDirectory(prefix="xlasim-huggingface-") as scratch:
-        logs = options.logs.resolve() if options.logs else Path(scratch)
-        for number, job in enumerate(jobs, 1):
-            print(f"[{number}/{len(jobs)}] {job.id} ...", file=sys.stderr, flush=True)
-            found = classify(job, execute(job, slice, options.timeout, logs / job.slug))
-            print_progress(found)
-            rows.extend(found)
+    with scratch_space("huggingface", options.logs) as (_, logs):
+        rows = run_jobs(
+            jobs,
+            lambda job: job.id,
+            lambda job: classify(job, execute(job, slice, options.timeout, logs / job.slug)),
+        )
     return finish(rows, options.json)
 
 

@@ -11,14 +11,14 @@ an unexplained failure, and the run's exit status is 1.
 
 from __future__ import annotations
 
-import re
 import xml.etree.ElementTree as ET
 from collections import Counter
 
-from ..conformance.classify import (
+from ..runners.execution import Outcome
+from ..runners.reasons import crash_reason, first_error_line
+from ..runners.rows import (
     CRASHED,
     FAILED,
-    NEEDS_PACKAGE,
     PASSED,
     SILENT_SKIP,
     SKIPPED,
@@ -30,18 +30,11 @@ from ..conformance.classify import (
     describe_launches,
     junit_cases,
     junit_test_id,
+    timed_out_reason,
 )
-from ..conformance.execution import Outcome
-from ..conformance.reasons import compact, crash_reason, first_error_line, last_line
 from .discovery import PYTEST, Job
-from .findings import FINDINGS, NEEDS_HUB
+from .findings import KNOWN_FAILURES
 
-#: What huggingface_hub, transformers and datasets say when the hub is needed while offline.
-_HUB = re.compile(
-    r"OfflineModeIsEnabled|LocalEntryNotFoundError|offline mode is enabled|"
-    r"We couldn't connect to 'https://huggingface\.co'|outgoing traffic has been disabled"
-)
-_MISSING = re.compile(r"ModuleNotFoundError: No module named '([\w.]+)'")
 #: accelerate's `require_tpu` skip message: the gate stayed closed on the emulated slice.
 TPU_GATE_SKIP = "test requires TPU"
 
@@ -49,9 +42,7 @@ TPU_GATE_SKIP = "test requires TPU"
 def classify(job: Job, outcome: Outcome) -> list[Row]:
     seconds = round(outcome.seconds, 1)
     if outcome.timed_out:
-        last = last_line(outcome.output)
-        why = f"killed after {outcome.timeout:.0f} s" + (f"; last output: {last}" if last else "")
-        return [Row(job.id, job.mode, TIMED_OUT, seconds, why)]
+        return [Row(job.id, job.mode, TIMED_OUT, seconds, timed_out_reason(outcome))]
     crash = crash_reason(outcome.status, outcome.output)
     if job.mode != PYTEST:
         return [_script_row(job, outcome, crash, seconds)]
@@ -60,24 +51,9 @@ def classify(job: Job, outcome: Outcome) -> list[Row]:
         if crash:
             return [Row(job.id, job.mode, CRASHED, seconds, crash)]
         error = first_error_line(outcome.output) or f"pytest exit status {outcome.status}"
-        result, reason = failure(job.id, outcome.output, error)
+        result, reason = KNOWN_FAILURES.failure(job.id, outcome.output, error)
         return [Row(job.id, job.mode, result, seconds, reason)]
     return [_case_row(job, case) for case in cases]
-
-
-def failure(id: str, text: str, error: str) -> tuple[str, str]:
-    """Why `id` failed: a finding whose signature is in `text`, the hub being offline, a
-    missing optional package, or else `error` (unexplained: it gates)."""
-    finding = FINDINGS.get(id)
-    if finding is not None and re.search(finding.signature, text):
-        return finding.kind, f"{finding.reason} (docs/huggingface.md#{finding.anchor})"
-    hub = _HUB.search(text)
-    if hub:
-        return NEEDS_HUB, f"needs a model or data set from the hub (offline: {hub.group(0)})"
-    missing = _MISSING.search(text)
-    if missing and missing.group(1).split(".")[0] not in ("torch", "torch_xla", "xlasim"):
-        return NEEDS_PACKAGE, f"needs {missing.group(1)} (not an xlasim dependency)"
-    return FAILED, compact(error)
 
 
 def _script_row(job: Job, outcome: Outcome, crash: str | None, seconds: float) -> Row:
@@ -85,7 +61,7 @@ def _script_row(job: Job, outcome: Outcome, crash: str | None, seconds: float) -
         return Row(job.id, job.mode, CRASHED, seconds, crash)
     if outcome.status != 0:
         error = first_error_line(outcome.output) or f"exit status {outcome.status}"
-        result, reason = failure(job.id, outcome.output, error)
+        result, reason = KNOWN_FAILURES.failure(job.id, outcome.output, error)
         return Row(job.id, job.mode, result, seconds, reason)
     report = outcome.report or {"launches": 0, "collectives": {}}
     launches, collectives = report["launches"], Counter(report["collectives"])
@@ -100,7 +76,7 @@ def _case_row(job: Job, case: ET.Element) -> Row:
     seconds = round(float(case.get("time", 0)), 1)
     problem = case_problem(case, case_output(case))
     if problem is not None:
-        result, reason = failure(id, *problem)
+        result, reason = KNOWN_FAILURES.failure(id, *problem)
         return Row(id, job.mode, result, seconds, reason)
     skipped = case.find("skipped")
     if skipped is not None:

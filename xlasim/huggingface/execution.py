@@ -10,19 +10,17 @@ directory: what a script writes next to itself (`./examples`) stays out of the c
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
-from ..conformance.execution import (
-    _FOREIGN_ENV,
+from ..runners.execution import (
     Outcome,
     RunFiles,
     Slice,
-    probed_pytest_options,
+    child_environment,
     run_recorded,
 )
-from ..conformance.probe_names import PROGRESS_ENV
+from ..runners.probe_names import PROGRESS_ENV, probed_pytest_options
 from .discovery import ACCELERATE_LAUNCH, PYTEST, TRANSFORMERS_XLA_SPAWN, Job
 
 #: Hugging Face's switches that keep every download from happening (huggingface_hub, datasets,
@@ -33,7 +31,7 @@ OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFL
 def execute(job: Job, slice: Slice, timeout: float, workdir: Path) -> Outcome:
     """Run `job` on `slice`, bounded by `timeout` seconds; its output, junit file and run
     report go to `workdir`, which is also its working directory."""
-    files = RunFiles(workdir).fresh()
+    files = RunFiles.of(workdir).fresh()
     return run_recorded(
         command(job, slice, files.junit),
         env=environment(timeout, files.report, files.progress),
@@ -43,14 +41,12 @@ def execute(job: Job, slice: Slice, timeout: float, workdir: Path) -> Outcome:
 
 
 def command(job: Job, slice: Slice, junit: Path) -> list[str]:
-    processes = [] if slice.processes is None else [f"--processes={slice.processes}"]
     if job.mode == PYTEST:
         return [
             sys.executable,
             "-m",
             "pytest",
-            f"--xla-devices={slice.devices}",
-            *(f"--xla-{option[2:]}" for option in processes),
+            *slice.pytest_options(),
             str(job.root / job.target),
             # By name, not node id: xlasim's plugin runs a file that calls xr.use_spmd() (as
             # accelerate's tests/test_utils.py does) in a child session, and its tests cannot be
@@ -60,7 +56,7 @@ def command(job: Job, slice: Slice, junit: Path) -> list[str]:
             f"--rootdir={job.root}",
             *probed_pytest_options(junit, ()),
         ]
-    run = [sys.executable, "-m", "xlasim", "run", f"--devices={slice.devices}", *processes]
+    run = [sys.executable, "-m", "xlasim", "run", *slice.run_options()]
     script = str(job.root / job.target)
     if job.mode == ACCELERATE_LAUNCH:
         launch = ["-m", "accelerate.commands.launch", "--tpu"]
@@ -72,12 +68,8 @@ def command(job: Job, slice: Slice, junit: Path) -> list[str]:
 
 
 def environment(timeout: float, report: Path, progress: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _FOREIGN_ENV}
-    env.update(PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1", PYTHONFAULTHANDLER="1")
+    env = child_environment(timeout)
     env.update(OFFLINE)
-    # A collective's wait includes the peers' first compiles; half the budget still reports a
-    # real hang, with every rank's stack, before the process is killed.
-    env.setdefault("XLASIM_TIMEOUT", f"{max(timeout / 2, 60):.0f}")
     env["XLASIM_RUN_REPORT"] = str(report)
     env[PROGRESS_ENV] = str(progress)
     return env

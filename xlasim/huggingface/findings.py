@@ -8,15 +8,15 @@ xlasim (fixtures/huggingface/). Keep it small: every entry must be checkable fro
 
 from __future__ import annotations
 
-from ..lightning.findings import EMULATION_GAP, NEEDS_TPU, Finding
+import re
+
+from ..runners.findings import Finding, KnownFailures
 
 #: accelerate's or transformers' own behaviour on XLA, reproduced on native torch_xla (one CPU
 #: device) without xlasim: a TPU shows it too.
 THEIRS = "theirs"
 #: The job needs a model or data set from the Hugging Face hub (nothing downloads here).
 NEEDS_HUB = "needs hub"
-
-__all__ = ["EMULATION_GAP", "FINDINGS", "NEEDS_HUB", "NEEDS_TPU", "THEIRS", "Finding"]
 
 _SCRIPTS = "src/accelerate/test_utils/scripts"
 _XLA_SPAWN_NPROCS = Finding(
@@ -59,3 +59,29 @@ FINDINGS: dict[str, Finding] = {
         "accelerate-on-xla-never-sees-the-end-of-the-data-loader",
     ),
 }
+
+#: What huggingface_hub, transformers and datasets say when the hub is needed while offline.
+_HUB = re.compile(
+    r"OfflineModeIsEnabled|LocalEntryNotFoundError|offline mode is enabled|"
+    r"We couldn't connect to 'https://huggingface\.co'|outgoing traffic has been disabled"
+)
+
+
+def needs_hub(text: str) -> tuple[str, str] | None:
+    """NEEDS_HUB when the output says the hub was needed while offline."""
+    hub = _HUB.search(text)
+    if hub:
+        return NEEDS_HUB, f"needs a model or data set from the hub (offline: {hub.group(0)})"
+    return None
+
+
+#: How Hugging Face's runner explains a failure: its findings, documented in
+#: docs/huggingface.md, the hub being offline, or an optional package missing.
+KNOWN_FAILURES = KnownFailures(
+    FINDINGS,
+    doc="docs/huggingface.md",
+    missing=re.compile(r"ModuleNotFoundError: No module named '([\w.]+)'"),
+    requirements="not an xlasim dependency",
+    stack=frozenset({"torch", "torch_xla", "xlasim"}),
+    others=(needs_hub,),
+)

@@ -17,21 +17,20 @@ install it (and its test requirements) next to xlasim to use this.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import itertools
 import json
 import shutil
 import sys
-import tempfile
-import time
 from pathlib import Path
 
-from ..conformance.classify import Row
-from ..conformance.runner_options import add_runner_options
-from ..conformance.table import finish, print_progress
-from .classify import classify, crashed_test
+from ..runners.execution import Slice
+from ..runners.jobs import run_jobs, run_without_crashes, scratch_space
+from ..runners.options import add_runner_options
+from ..runners.rows import Row, crashed_test
+from ..runners.table import finish
+from .classify import classify
 from .discovery import SUITES, TestFile, discover, tests_dir
-from .execution import RECORD, Run, Slice, execute, load
+from .execution import RECORD, Run, execute, load
 
 DEFAULT_TIMEOUT_S = 600.0
 
@@ -63,21 +62,20 @@ def run_until_done(
     run: Run, slice: Slice, timeout: float, logs: Path
 ) -> tuple[list[Row], list[str]]:
     """Run `run`; when a test kills the process (no junit), record it as crashed and run the
-    rest again without it, within the same time budget."""
-    deadline = time.monotonic() + timeout
+    rest again without it, within the same time budget (a standalone test runs once)."""
     rows: list[Row] = []
     standalone: list[str] = []
-    while True:
+
+    def attempt(run: Run, timeout: float) -> str | None:
         workdir = logs / f"{next(_SEQUENCE):03d}-{run.slug}.{len(run.deselect)}"
         outcome = execute(run, slice, timeout, workdir)
         found, skipped = classify(run, outcome)
         rows.extend(found)
         standalone.extend(skipped)
-        crashed = crashed_test(outcome)
-        timeout = deadline - time.monotonic()
-        if crashed is None or crashed in run.deselect or run.standalone or timeout <= 0:
-            return rows, standalone
-        run = dataclasses.replace(run, deselect=(*run.deselect, crashed))
+        return None if run.standalone else crashed_test(outcome)
+
+    run_without_crashes(run, timeout, attempt)
+    return rows, standalone
 
 
 def run_file(test_file: TestFile, slice: Slice, timeout: float, logs: Path) -> list[Row]:
@@ -88,7 +86,6 @@ def run_file(test_file: TestFile, slice: Slice, timeout: float, logs: Path) -> l
     for id in standalone:
         found, _ = run_until_done(Run(test_file.tests, id, standalone=True), slice, timeout, logs)
         rows.extend(found)
-    print_progress(rows)
     return rows
 
 
@@ -123,20 +120,20 @@ def run_lightning(options: argparse.Namespace) -> int:
         return 2
     source = tests_dir(options.checkout.resolve())
     slice = Slice(options.devices, options.processes, options.topology)
-    rows: list[Row] = []
-    with tempfile.TemporaryDirectory(prefix="xlasim-lightning-") as scratch:
+    with scratch_space("lightning", options.logs) as (scratch, logs):
         # A copy: Lightning's tests check that they leave nothing behind in tests/, and the
         # checkout stays untouched by whatever they write next to themselves.
-        tests = Path(scratch) / "tests"
+        tests = scratch / "tests"
         shutil.copytree(source, tests, ignore=shutil.ignore_patterns("__pycache__"))
         files = discover(tests, options.suite, options.select)
         if not files:
             print(f"xlasim lightning: no RunIf(tpu=True) tests under {source}", file=sys.stderr)
             return 2
-        logs = options.logs.resolve() if options.logs else Path(scratch) / "logs"
-        for number, test_file in enumerate(files, 1):
-            print(f"[{number}/{len(files)}] {test_file.rel} ...", file=sys.stderr, flush=True)
-            rows.extend(run_file(test_file, slice, options.timeout, logs))
+        rows = run_jobs(
+            files,
+            lambda test_file: test_file.rel,
+            lambda test_file: run_file(test_file, slice, options.timeout, logs),
+        )
     return finish(rows, options.json)
 
 

@@ -8,13 +8,12 @@ of the file's run: they run again, each in its own process, and those runs give 
 
 from __future__ import annotations
 
-import re
 import xml.etree.ElementTree as ET
 
-from ..conformance.classify import (
+from ..runners.execution import Outcome
+from ..runners.reasons import crash_reason, first_error_line
+from ..runners.rows import (
     CRASHED,
-    FAILED,
-    NEEDS_PACKAGE,
     PASSED,
     SKIPPED,
     TIMED_OUT,
@@ -22,27 +21,25 @@ from ..conformance.classify import (
     case_evidence,
     case_output,
     case_problem,
+    crashed_test,
     junit_cases,
     junit_test_id,
+    timed_out_reason,
 )
-from ..conformance.execution import Outcome
-from ..conformance.reasons import compact, crash_reason, first_error_line, last_line
 from .execution import Run
-from .findings import FINDINGS, Finding
+from .findings import FINDINGS, KNOWN_FAILURES
 
 XFAILED = "xfailed"
 FILE_MODE, STANDALONE_MODE = "file", "standalone"
 #: Lightning's skip reason for a standalone test outside a standalone run (its RunIf).
 STANDALONE_SKIP = "Standalone execution"
-_MISSING = re.compile(r"(?:ModuleNotFoundError: No module named '([\w.]+)'|Neither `(\w+)` nor)")
 
 
 def classify(run: Run, outcome: Outcome) -> tuple[list[Row], list[str]]:
     """The rows of one run, and the ids of standalone tests it skipped (to run one by one)."""
     mode = STANDALONE_MODE if run.standalone else FILE_MODE
     if outcome.timed_out:
-        last = last_line(outcome.output)
-        why = f"killed after {outcome.timeout:.0f} s" + (f"; last output: {last}" if last else "")
+        why = timed_out_reason(outcome)
         return [Row(run.target, mode, TIMED_OUT, round(outcome.seconds, 1), why)], []
     crash = crash_reason(outcome.status, outcome.output)
     cases = junit_cases(outcome.junit) if outcome.junit else []
@@ -51,7 +48,7 @@ def classify(run: Run, outcome: Outcome) -> tuple[list[Row], list[str]]:
         return [Row(test, mode, CRASHED, round(outcome.seconds, 1), crash)], []
     if not cases:
         error = first_error_line(outcome.output) or f"pytest exit status {outcome.status}"
-        result, reason = failure(run.target, outcome.output, error)
+        result, reason = KNOWN_FAILURES.failure(run.target, outcome.output, error)
         return [Row(run.target, mode, result, round(outcome.seconds, 1), reason)], []
     rows, standalone = [], []
     for case in cases:
@@ -68,35 +65,11 @@ def classify(run: Run, outcome: Outcome) -> tuple[list[Row], list[str]]:
     return rows, standalone
 
 
-def crashed_test(outcome: Outcome) -> str | None:
-    """The id of the test that was running when the process died, if one was."""
-    if outcome.timed_out or outcome.junit or not outcome.started:
-        return None
-    return outcome.started[-1] if crash_reason(outcome.status, outcome.output) else None
-
-
-def failure(id: str, text: str, error: str) -> tuple[str, str]:
-    """Why a test failed: a finding whose signature is in the output, a missing package, or
-    else its first error line (unexplained: it gates)."""
-    finding = FINDINGS.get(id)
-    if finding is not None and re.search(finding.signature, text):
-        return finding.kind, _finding_reason(finding)
-    missing = _MISSING.search(text)
-    if missing:
-        package = missing.group(1) or missing.group(2)
-        return NEEDS_PACKAGE, f"needs {package} (Lightning's test requirements)"
-    return FAILED, compact(error)
-
-
-def _finding_reason(finding: Finding) -> str:
-    return f"{finding.reason} (docs/lightning.md#{finding.anchor})"
-
-
 def _case_row(id: str, mode: str, case: ET.Element) -> Row:
     seconds = round(float(case.get("time", 0)), 1)
     problem = case_problem(case, case_output(case))
     if problem is not None:
-        result, reason = failure(id, *problem)
+        result, reason = KNOWN_FAILURES.failure(id, *problem)
         return Row(id, mode, result, seconds, reason)
     skipped = case.find("skipped")
     if skipped is not None:
@@ -106,7 +79,7 @@ def _case_row(id: str, mode: str, case: ET.Element) -> Row:
             # signature can be checked: a finding about it is shown as documented, not matched.
             finding = FINDINGS.get(id)
             if finding is not None:
-                why = f"[{finding.kind}, documented] {_finding_reason(finding)}"
+                why = f"[{finding.kind}, documented] {KNOWN_FAILURES.documented(finding)}"
                 return Row(id, mode, XFAILED, seconds, why)
             return Row(id, mode, XFAILED, seconds, f"Lightning's xfail: {message}")
         return Row(id, mode, SKIPPED, seconds, message)

@@ -13,34 +13,22 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..conformance.execution import _FOREIGN_ENV, Outcome, probed_pytest_options, run_bounded
-from ..conformance.probe_names import PROGRESS_ENV
+from ..runners.execution import (
+    Outcome,
+    RunFiles,
+    Slice,
+    child_environment,
+    run_recorded,
+)
+from ..runners.probe_names import PROGRESS_ENV, probed_pytest_options
 
 #: Lightning's switches (tests/tests_pytorch/conftest.py, tests/tests_fabric/conftest.py).
 TPU_TESTS_ENV = "PL_RUN_TPU_TESTS"
 STANDALONE_TESTS_ENV = "PL_RUN_STANDALONE_TESTS"
-
-
-@dataclass(frozen=True)
-class Slice:
-    """The emulated slice every run gets: a core count (and the worker processes holding them;
-    None: xlasim's default), or a named topology (`xlasim topologies`) instead."""
-
-    devices: int = 8
-    processes: int | None = None
-    topology: str | None = None
-
-    def pytest_options(self) -> list[str]:
-        if self.topology:
-            return [f"--xla-topology={self.topology}"]
-        processes = [] if self.processes is None else [f"--xla-processes={self.processes}"]
-        return [f"--xla-devices={self.devices}", *processes]
 
 
 @dataclass(frozen=True)
@@ -61,23 +49,19 @@ class Run:
 
 def execute(run: Run, slice: Slice, timeout: float, workdir: Path) -> Outcome:
     """Run `run` on the emulated `slice` from `run.tests` (pytest's rootdir); its output, junit
-    file and progress file go to `workdir`."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    log, junit, progress = workdir / "output.log", workdir / "junit.xml", workdir / "started.txt"
-    for stale in (junit, progress, workdir / RECORD):
-        stale.unlink(missing_ok=True)
-    started = time.monotonic()
-    status = run_bounded(
-        command(run, slice, junit),
-        cwd=run.tests,
-        env=environment(run, timeout, progress),
-        log=log,
+    file and progress file go to `workdir`, with a record to classify it again from."""
+    files = RunFiles.of(workdir).fresh()
+    (workdir / RECORD).unlink(missing_ok=True)
+    outcome = run_recorded(
+        command(run, slice, files.junit),
+        env=environment(run, timeout, files.progress),
+        files=files,
         timeout=timeout,
+        cwd=run.tests,
     )
-    seconds = time.monotonic() - started
-    record = {"run": dataclasses.asdict(run), "status": status, "seconds": seconds}
+    record = {"run": dataclasses.asdict(run), "status": outcome.status, "seconds": outcome.seconds}
     (workdir / RECORD).write_text(json.dumps({**record, "timeout": timeout}, default=str))
-    return load(workdir)
+    return outcome
 
 
 #: What `execute` leaves in a run's directory besides the output and junit: enough to classify
@@ -88,17 +72,7 @@ RECORD = "run.json"
 def load(workdir: Path) -> Outcome:
     """The outcome of the run recorded in `workdir`."""
     record = json.loads((workdir / RECORD).read_text())
-    log, junit, progress = workdir / "output.log", workdir / "junit.xml", workdir / "started.txt"
-    return Outcome(
-        status=record["status"],
-        seconds=record["seconds"],
-        timeout=record["timeout"],
-        output=log.read_text(encoding="utf-8", errors="replace"),
-        report=None,
-        junit=junit if junit.exists() else None,
-        started=progress.read_text().splitlines() if progress.exists() else [],
-        log=log,
-    )
+    return RunFiles.of(workdir).outcome(record["status"], record["seconds"], record["timeout"])
 
 
 def command(run: Run, slice: Slice, junit: Path) -> list[str]:
@@ -114,14 +88,10 @@ def command(run: Run, slice: Slice, junit: Path) -> list[str]:
 
 
 def environment(run: Run, timeout: float, progress: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _FOREIGN_ENV}
+    env = child_environment(timeout)
     env.pop(STANDALONE_TESTS_ENV, None)
-    env.update(PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1", PYTHONFAULTHANDLER="1")
     env[TPU_TESTS_ENV] = "1"
     if run.standalone:
         env[STANDALONE_TESTS_ENV] = "1"
-    # A collective's wait includes the peers' first compiles; half the budget still reports a
-    # real hang, with every rank's stack, before the process is killed.
-    env.setdefault("XLASIM_TIMEOUT", f"{max(timeout / 2, 60):.0f}")
     env[PROGRESS_ENV] = str(progress)
     return env

@@ -7,24 +7,14 @@ minimal reproduction. Keep it small: every entry must be checkable from that sec
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+
+from ..runners.findings import Finding, KnownFailures
 
 #: A bug of Lightning's that a real TPU shows too: kept failing, written down.
 LIGHTNING_BUG = "Lightning bug"
-#: Something no CPU can give (real TPU hardware or its software stack).
-NEEDS_TPU = "needs TPU"
 #: The test hard-codes another slice than the one it runs on (it passes on that slice).
 OTHER_SLICE = "other slice"
-#: The emulated slice answers differently from a TPU: not fixed yet, written down.
-EMULATION_GAP = "emulation gap"
-
-
-@dataclass(frozen=True)
-class Finding:
-    kind: str
-    reason: str
-    signature: str
-    anchor: str
 
 
 _BROADCAST_PICKLE = Finding(
@@ -65,3 +55,12 @@ FINDINGS: dict[str, Finding] = {
         "devicestatsmonitor-reads-memory-keys-torch_xla-29-does-not-return",
     ),
 }
+
+#: How Lightning's runner explains a failure: its findings, documented in docs/lightning.md, or
+#: a package of Lightning's test requirements missing.
+KNOWN_FAILURES = KnownFailures(
+    FINDINGS,
+    doc="docs/lightning.md",
+    missing=re.compile(r"(?:ModuleNotFoundError: No module named '([\w.]+)'|Neither `(\w+)` nor)"),
+    requirements="Lightning's test requirements",
+)

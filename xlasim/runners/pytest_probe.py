@@ -1,4 +1,4 @@
-"""A pytest plugin the conformance runner loads (`-p xlasim.conformance.pytest_probe`) next to
+"""A pytest plugin every runner loads (`-p xlasim.runners.pytest_probe`) next to
 xlasim's own, for what junit cannot tell it.
 
 - Each test's launches and collectives on the emulated world during its call, as junit

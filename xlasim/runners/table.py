@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from .classify import GATING, Row
+from .rows import GATING, Row
 
 #: Longest reason shown in the table; the JSON keeps the whole reason.
 REASON_WIDTH = 210
