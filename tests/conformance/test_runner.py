@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from xlasim.conformance.classify import KNOWN_BUG, NEEDS_TPU_HARDWARE, classify, failure
-from xlasim.conformance.discovery import PYTEST, SCRIPT, Job, discover, modes
+from xlasim.conformance.discovery import PYTEST, SCRIPT, TorchXlaJob, discover, modes
 from xlasim.runners.execution import Outcome
 from xlasim.runners.jobs import run_without_crashes
 from xlasim.runners.reasons import first_error_line, unittest_summary
@@ -296,8 +296,8 @@ def _outcome(tmp_path: Path, status: int | None, output: str = "", **kw) -> Outc
     return Outcome(status=status, output=output, log=tmp_path / "log", **fields)
 
 
-def _job(tmp_path: Path, rel: str = "test_mp_x.py", mode: str = SCRIPT) -> Job:
-    return Job(tmp_path, tmp_path / rel, mode, needs_collectives=True)
+def _job(tmp_path: Path, rel: str = "test_mp_x.py", mode: str = SCRIPT) -> TorchXlaJob:
+    return TorchXlaJob(tmp_path, tmp_path / rel, mode, needs_collectives=True)
 
 
 def test_modes_follow_the_entry_point_and_test_definitions() -> None:

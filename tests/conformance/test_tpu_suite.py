@@ -20,7 +20,7 @@ import pytest
 from xlasim.conformance import discovery
 from xlasim.conformance.baseline import BRANCHES, CLOSES, OPENS, UNKNOWN, compare
 from xlasim.conformance.classify import EMULATION_LIMIT, EXPECTED_FAILURE, FAILS_NATIVELY, failure
-from xlasim.conformance.discovery import PYTEST, SCRIPT, Job, discover
+from xlasim.conformance.discovery import PYTEST, SCRIPT, TorchXlaJob, discover
 from xlasim.conformance.execution import command, native_command
 from xlasim.conformance.gates import find_gates, function_of, is_gated
 from xlasim.runners import reasons
@@ -324,7 +324,7 @@ def test_an_opened_test_that_fails_fails_the_run(run) -> None:
 
 
 def test_a_documented_limit_of_emulation_is_named_only_on_its_signature(tmp_path: Path) -> None:
-    job = Job(tmp_path, tmp_path / "dynamo/test_traceable_collectives.py", SCRIPT, True)
+    job = TorchXlaJob(tmp_path, tmp_path / "dynamo/test_traceable_collectives.py", SCRIPT, True)
     output = 'Traceback ...\n    assert met.metric_data("ExecuteTime")[0] == 1\nAssertionError\n'
     result, reason = failure(job, job.rel, output, "AssertionError")
     assert result == EMULATION_LIMIT and "docs/fidelity.md#cannot-match" in reason
@@ -345,7 +345,7 @@ def test_torch_xlas_jax_feature_error_names_the_missing_package(
         (fakes / package / "__init__.py").write_text(code)
     monkeypatch.setenv("PYTHONPATH", str(fakes))
     reasons.jax_feature_blocker.cache_clear()
-    job = Job(tmp_path, tmp_path / "test_assume_pure.py", PYTEST, False)
+    job = TorchXlaJob(tmp_path, tmp_path / "test_assume_pure.py", PYTEST, False)
     output = "E   AssertionError: Jax is required for this feature\n"
     try:
         result, reason = failure(job, job.rel, output, "AssertionError: Jax is required")

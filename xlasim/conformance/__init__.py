@@ -24,7 +24,7 @@ from ..runners.rows import Row, crashed_test
 from ..runners.table import finish
 from .baseline import compare
 from .classify import classify
-from .discovery import PYTEST, SUITES, Job, discover
+from .discovery import PYTEST, SUITES, TorchXlaJob, discover
 from .execution import execute
 
 DEFAULT_TIMEOUT_S = 600.0
@@ -44,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def run_job(job: Job, slice: Slice, timeout: float, logs: Path) -> list[Row]:
+def run_job(job: TorchXlaJob, slice: Slice, timeout: float, logs: Path) -> list[Row]:
     """Run one job and classify it; a job with a baseline (the `tpu` suite) runs natively
     first, with a time budget of its own, and its rows say what the emulated identity changed
     (`baseline`)."""
@@ -55,12 +55,12 @@ def run_job(job: Job, slice: Slice, timeout: float, logs: Path) -> list[Row]:
     return _run_emulated(job, slice, timeout, logs)
 
 
-def _run_emulated(job: Job, slice: Slice, timeout: float, logs: Path) -> list[Row]:
+def _run_emulated(job: TorchXlaJob, slice: Slice, timeout: float, logs: Path) -> list[Row]:
     """Run one job on the emulated slice and classify it; a pytest file whose process died in
     a test runs again without that test (`run_without_crashes`)."""
     rows: list[Row] = []
 
-    def attempt(job: Job, timeout: float) -> str | None:
+    def attempt(job: TorchXlaJob, timeout: float) -> str | None:
         suffix = f".without-{len(job.deselect)}" if job.deselect else ""
         outcome = execute(job, slice, timeout, logs / f"{job.slug}{suffix}")
         rows.extend(classify(job, outcome))

@@ -44,7 +44,7 @@ from ..runners.rows import (
     junit_test_id,
     timed_out_reason,
 )
-from .discovery import PYTEST, Job
+from .discovery import PYTEST, TorchXlaJob
 from .expectations import (
     EMULATION_LIMITS,
     HARDWARE_GATES,
@@ -64,7 +64,7 @@ EMULATION_LIMIT = "emulation limit"
 FAILS_NATIVELY = "fails natively too"
 
 
-def classify(job: Job, outcome: Outcome) -> list[Row]:
+def classify(job: TorchXlaJob, outcome: Outcome) -> list[Row]:
     if outcome.timed_out:
         return [_row(job, TIMED_OUT, outcome.seconds, timed_out_reason(outcome))]
     if job.mode != PYTEST:  # a script, on its own or under torchrun: one row
@@ -72,11 +72,11 @@ def classify(job: Job, outcome: Outcome) -> list[Row]:
     return _pytest_rows(job, outcome)
 
 
-def _row(job: Job, result: str, seconds: float, reason: str, id: str | None = None) -> Row:
+def _row(job: TorchXlaJob, result: str, seconds: float, reason: str, id: str | None = None) -> Row:
     return Row(id or job.rel, job.mode, result, round(seconds, 1), reason)
 
 
-def _script_row(job: Job, outcome: Outcome) -> Row:
+def _script_row(job: TorchXlaJob, outcome: Outcome) -> Row:
     status, text = outcome.status, outcome.output
     crash = crash_reason(status, text)
     if crash:
@@ -91,7 +91,7 @@ def _script_row(job: Job, outcome: Outcome) -> Row:
 
 
 def _exit_zero(
-    job: Job, id: str, text: str, report: dict | None, summary: str, verb: str
+    job: TorchXlaJob, id: str, text: str, report: dict | None, summary: str, verb: str
 ) -> tuple[str, str]:
     """A run that exited 0 (or a test that passed, `verb` says which): a pass only if it did
     what its suite asks. `summary` (unittest's counts, or empty) ends every reason."""
@@ -113,7 +113,7 @@ def _exit_zero(
     return PASSED, done + summary
 
 
-def failure(job: Job, id: str, text: str, error: str) -> tuple[str, str]:
+def failure(job: TorchXlaJob, id: str, text: str, error: str) -> tuple[str, str]:
     """Why a run or test failed: a missing optional package, TPU-only code, a documented
     upstream bug or limit of emulation whose signature is in the output, or else `error` (its
     first error line)."""
@@ -133,7 +133,7 @@ def failure(job: Job, id: str, text: str, error: str) -> tuple[str, str]:
     return FAILED, f"{error.rstrip(': ')} at {site}" if site else error
 
 
-def _pytest_rows(job: Job, outcome: Outcome) -> list[Row]:
+def _pytest_rows(job: TorchXlaJob, outcome: Outcome) -> list[Row]:
     status, text = outcome.status, outcome.output
     crash = crash_reason(status, text)
     cases = junit_cases(outcome.junit) if outcome.junit else []
@@ -161,7 +161,7 @@ def _collection_failed(cases: list[ET.Element]) -> bool:
     )
 
 
-def _case_row(job: Job, case: ET.Element) -> Row:
+def _case_row(job: TorchXlaJob, case: ET.Element) -> Row:
     id = _test_id(job, case)
     seconds = float(case.get("time", 0))
     output = case_output(case)
@@ -187,5 +187,5 @@ def _case_row(job: Job, case: ET.Element) -> Row:
     return _row(job, result, seconds, reason, id)
 
 
-def _test_id(job: Job, case: ET.Element) -> str:
+def _test_id(job: TorchXlaJob, case: ET.Element) -> str:
     return junit_test_id(job.rel, case)

@@ -71,7 +71,7 @@ _NAMED = tuple(p for name in ("mp", "spmd") for part in SUITES[name] for p in pa
 
 
 @dataclass(frozen=True)
-class Job:
+class TorchXlaJob:
     """One file in one mode; `deselect`: pytest ids not to run (tests that crashed the file);
     `test`: the one test to run (`Class::test`), when the file's tests need a process each."""
 
@@ -106,7 +106,7 @@ class Job:
         return f"{self.rel.replace('/', '__')}{test}.{self.mode}"
 
 
-def discover(root: Path, suite: str, select: str | None = None) -> list[Job]:
+def discover(root: Path, suite: str, select: str | None = None) -> list[TorchXlaJob]:
     """The jobs for `suite` under `root` (torch_xla's test/ directory), in path order; with
     `select`, only files whose path relative to `root` contains it."""
     jobs = []
@@ -122,11 +122,11 @@ def discover(root: Path, suite: str, select: str | None = None) -> list[Job]:
                 continue
             for mode in modes(source, path.parent):
                 args = SCRIPT_ARGS.get(rel, ()) if mode != PYTEST else ()
-                jobs.append(Job(root, path, mode, part.needs_collectives, args))
+                jobs.append(TorchXlaJob(root, path, mode, part.needs_collectives, args))
     return jobs
 
 
-def _gated_jobs(root: Path, path: Path, source: str) -> list[Job]:
+def _gated_jobs(root: Path, path: Path, source: str) -> list[TorchXlaJob]:
     """The job for a file of the `tpu` suite: none unless it has a TPU gate and is no other
     suite's; under pytest when it has tests (unless `SCRIPT_ONLY` says why not), else as a
     script when it has a `__main__` block (a launch script whose ranks check the hardware, so
@@ -141,16 +141,16 @@ def _gated_jobs(root: Path, path: Path, source: str) -> list[Job]:
     has_tests = _has_tests(tree, _sibling_test_cases(tree, path.parent))
     if has_tests and rel in ONE_PROCESS_PER_TEST:
         return [
-            Job(root, path, PYTEST, False, baseline=True, gates=gates, test=test)
+            TorchXlaJob(root, path, PYTEST, False, baseline=True, gates=gates, test=test)
             for test in ONE_PROCESS_PER_TEST[rel]
         ]
     if has_tests and rel not in SCRIPT_ONLY:
-        return [Job(root, path, PYTEST, False, baseline=True, gates=gates)]
+        return [TorchXlaJob(root, path, PYTEST, False, baseline=True, gates=gates)]
     if _has_main(tree):
         # A launch script must launch and run collectives; a test file run as a script
         # (SCRIPT_ONLY) reports through unittest's verdict.
         args = SCRIPT_ARGS.get(rel, ())
-        return [Job(root, path, SCRIPT, not has_tests, args, baseline=True, gates=gates)]
+        return [TorchXlaJob(root, path, SCRIPT, not has_tests, args, baseline=True, gates=gates)]
     return []
 
 

@@ -21,12 +21,12 @@ from ..runners.execution import (
     run_recorded,
 )
 from ..runners.probe_names import PROGRESS_ENV, probed_pytest_options
-from .discovery import PYTEST, TORCHRUN, Job
+from .discovery import PYTEST, TORCHRUN, TorchXlaJob
 from .expectations import FILE_ENV
 
 
 def execute(
-    job: Job, slice: Slice, timeout: float, workdir: Path, *, native: bool = False
+    job: TorchXlaJob, slice: Slice, timeout: float, workdir: Path, *, native: bool = False
 ) -> Outcome:
     """Run `job` on the emulated `slice` with `workdir` as its working directory (where
     anything the test writes to its current directory lands, with its output and reports);
@@ -41,7 +41,7 @@ def execute(
     )
 
 
-def command(job: Job, slice: Slice, junit: Path) -> list[str]:
+def command(job: TorchXlaJob, slice: Slice, junit: Path) -> list[str]:
     """`job` on the emulated `slice`: under pytest with xlasim's plugin, else `xlasim run`."""
     if job.mode == PYTEST:
         return [
@@ -71,7 +71,7 @@ def command(job: Job, slice: Slice, junit: Path) -> list[str]:
     ]
 
 
-def native_command(job: Job, junit: Path) -> list[str]:
+def native_command(job: TorchXlaJob, junit: Path) -> list[str]:
     """`job` without xlasim: the file as a script, or under pytest without xlasim's plugin."""
     if job.mode != PYTEST:
         return [sys.executable, str(job.path), *job.args]
@@ -94,7 +94,7 @@ def native_command(job: Job, junit: Path) -> list[str]:
 
 
 def environment(
-    job: Job, timeout: float, report: Path, progress: Path, *, native: bool = False
+    job: TorchXlaJob, timeout: float, report: Path, progress: Path, *, native: bool = False
 ) -> dict[str, str]:
     env = child_environment(timeout)
     env.update(FILE_ENV.get(job.rel, {}))

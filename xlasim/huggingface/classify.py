@@ -32,14 +32,14 @@ from ..runners.rows import (
     junit_test_id,
     timed_out_reason,
 )
-from .discovery import PYTEST, Job
+from .discovery import PYTEST, HuggingFaceJob
 from .findings import KNOWN_FAILURES
 
 #: accelerate's `require_tpu` skip message: the gate stayed closed on the emulated slice.
 TPU_GATE_SKIP = "test requires TPU"
 
 
-def classify(job: Job, outcome: Outcome) -> list[Row]:
+def classify(job: HuggingFaceJob, outcome: Outcome) -> list[Row]:
     seconds = round(outcome.seconds, 1)
     if outcome.timed_out:
         return [Row(job.id, job.mode, TIMED_OUT, seconds, timed_out_reason(outcome))]
@@ -56,7 +56,7 @@ def classify(job: Job, outcome: Outcome) -> list[Row]:
     return [_case_row(job, case) for case in cases]
 
 
-def _script_row(job: Job, outcome: Outcome, crash: str | None, seconds: float) -> Row:
+def _script_row(job: HuggingFaceJob, outcome: Outcome, crash: str | None, seconds: float) -> Row:
     if crash:
         return Row(job.id, job.mode, CRASHED, seconds, crash)
     if outcome.status != 0:
@@ -71,7 +71,7 @@ def _script_row(job: Job, outcome: Outcome, crash: str | None, seconds: float) -
     return Row(job.id, job.mode, PASSED, seconds, describe_launches(launches, collectives))
 
 
-def _case_row(job: Job, case: ET.Element) -> Row:
+def _case_row(job: HuggingFaceJob, case: ET.Element) -> Row:
     id = junit_test_id(job.target, case)
     seconds = round(float(case.get("time", 0)), 1)
     problem = case_problem(case, case_output(case))

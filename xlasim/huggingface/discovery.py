@@ -33,7 +33,7 @@ TRANSFORMERS_XLA_SPAWN = "examples/pytorch/xla_spawn.py"
 
 
 @dataclass(frozen=True)
-class Job:
+class HuggingFaceJob:
     """One subprocess: `target` (a script, or a test file) relative to the checkout `root`,
     run in `mode`; `tests`: the pytest ids of a pytest job."""
 
@@ -60,31 +60,31 @@ def kind(checkout: Path) -> str:
     raise FileNotFoundError(f"{checkout} holds neither src/accelerate nor src/transformers")
 
 
-def discover(checkout: Path, select: str | None = None) -> list[Job]:
+def discover(checkout: Path, select: str | None = None) -> list[HuggingFaceJob]:
     """The jobs of `checkout`, in a stable order; with `select`, those whose id contains it."""
     jobs = _accelerate(checkout) if kind(checkout) == ACCELERATE else _transformers(checkout)
     return [job for job in jobs if not select or select in job.id]
 
 
-def _accelerate(root: Path) -> list[Job]:
+def _accelerate(root: Path) -> list[HuggingFaceJob]:
     jobs = []
     for path in sorted((root / "src/accelerate/test_utils/scripts").rglob("test_*.py")):
         text = path.read_text(encoding="utf-8", errors="replace")
         if _XLA_BRANCH.search(text) and "main" in _functions(text):
-            jobs.append(Job(root, path.relative_to(root).as_posix(), ACCELERATE_LAUNCH))
+            jobs.append(HuggingFaceJob(root, path.relative_to(root).as_posix(), ACCELERATE_LAUNCH))
     for path in sorted((root / "tests").glob("test_*.py")):
         ids = _gated_tests(path, root)
         if ids:
-            jobs.append(Job(root, path.relative_to(root).as_posix(), PYTEST, ids))
+            jobs.append(HuggingFaceJob(root, path.relative_to(root).as_posix(), PYTEST, ids))
     return jobs
 
 
-def _transformers(root: Path) -> list[Job]:
+def _transformers(root: Path) -> list[HuggingFaceJob]:
     if not (root / TRAINER_TPU_SCRIPT).is_file():
         return []
-    jobs = [Job(root, TRAINER_TPU_SCRIPT, ACCELERATE_LAUNCH)]
+    jobs = [HuggingFaceJob(root, TRAINER_TPU_SCRIPT, ACCELERATE_LAUNCH)]
     if (root / TRANSFORMERS_XLA_SPAWN).is_file():
-        jobs.insert(0, Job(root, TRAINER_TPU_SCRIPT, XLA_SPAWN))
+        jobs.insert(0, HuggingFaceJob(root, TRAINER_TPU_SCRIPT, XLA_SPAWN))
     return jobs
 
 

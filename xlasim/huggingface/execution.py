@@ -21,14 +21,14 @@ from ..runners.execution import (
     run_recorded,
 )
 from ..runners.probe_names import PROGRESS_ENV, probed_pytest_options
-from .discovery import ACCELERATE_LAUNCH, PYTEST, TRANSFORMERS_XLA_SPAWN, Job
+from .discovery import ACCELERATE_LAUNCH, PYTEST, TRANSFORMERS_XLA_SPAWN, HuggingFaceJob
 
 #: Hugging Face's switches that keep every download from happening (huggingface_hub, datasets,
 #: transformers), set in every run.
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 
-def execute(job: Job, slice: Slice, timeout: float, workdir: Path) -> Outcome:
+def execute(job: HuggingFaceJob, slice: Slice, timeout: float, workdir: Path) -> Outcome:
     """Run `job` on `slice`, bounded by `timeout` seconds; its output, junit file and run
     report go to `workdir`, which is also its working directory."""
     files = RunFiles.of(workdir).fresh()
@@ -40,7 +40,7 @@ def execute(job: Job, slice: Slice, timeout: float, workdir: Path) -> Outcome:
     )
 
 
-def command(job: Job, slice: Slice, junit: Path) -> list[str]:
+def command(job: HuggingFaceJob, slice: Slice, junit: Path) -> list[str]:
     if job.mode == PYTEST:
         return [
             sys.executable,

@@ -30,7 +30,7 @@ from ..runners.rows import Row, crashed_test
 from ..runners.table import finish
 from .classify import classify
 from .discovery import SUITES, TestFile, discover, tests_dir
-from .execution import RECORD, Run, execute, load
+from .execution import RECORD, LightningJob, execute, load
 
 DEFAULT_TIMEOUT_S = 600.0
 
@@ -59,14 +59,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_until_done(
-    run: Run, slice: Slice, timeout: float, logs: Path
+    run: LightningJob, slice: Slice, timeout: float, logs: Path
 ) -> tuple[list[Row], list[str]]:
     """Run `run`; when a test kills the process (no junit), record it as crashed and run the
     rest again without it, within the same time budget (a standalone test runs once)."""
     rows: list[Row] = []
     standalone: list[str] = []
 
-    def attempt(run: Run, timeout: float) -> str | None:
+    def attempt(run: LightningJob, timeout: float) -> str | None:
         workdir = logs / f"{next(_SEQUENCE):03d}-{run.slug}.{len(run.deselect)}"
         outcome = execute(run, slice, timeout, workdir)
         found, skipped = classify(run, outcome)
@@ -81,10 +81,12 @@ def run_until_done(
 def run_file(test_file: TestFile, slice: Slice, timeout: float, logs: Path) -> list[Row]:
     """A file's rows: its shared-process tests, then each standalone test in a process alone."""
     rows, standalone = run_until_done(
-        Run(test_file.tests, test_file.rel, standalone=False), slice, timeout, logs
+        LightningJob(test_file.tests, test_file.rel, standalone=False), slice, timeout, logs
     )
     for id in standalone:
-        found, _ = run_until_done(Run(test_file.tests, id, standalone=True), slice, timeout, logs)
+        found, _ = run_until_done(
+            LightningJob(test_file.tests, id, standalone=True), slice, timeout, logs
+        )
         rows.extend(found)
     return rows
 
@@ -99,7 +101,7 @@ def reclassify(logs: Path) -> list[Row]:
     for workdir in sorted(p.parent for p in logs.glob(f"*/{RECORD}")):
         outcome = load(workdir)
         recorded = json.loads((workdir / RECORD).read_text())["run"]
-        run = Run(
+        run = LightningJob(
             Path(recorded["tests"]),
             recorded["target"],
             recorded["standalone"],

@@ -26,7 +26,7 @@ from ..runners.rows import (
     junit_test_id,
     timed_out_reason,
 )
-from .execution import Run
+from .execution import LightningJob
 from .findings import FINDINGS, KNOWN_FAILURES
 
 XFAILED = "xfailed"
@@ -35,7 +35,7 @@ FILE_MODE, STANDALONE_MODE = "file", "standalone"
 STANDALONE_SKIP = "Standalone execution"
 
 
-def classify(run: Run, outcome: Outcome) -> tuple[list[Row], list[str]]:
+def classify(run: LightningJob, outcome: Outcome) -> tuple[list[Row], list[str]]:
     """The rows of one run, and the ids of standalone tests it skipped (to run one by one)."""
     mode = STANDALONE_MODE if run.standalone else FILE_MODE
     if outcome.timed_out:
@@ -86,5 +86,5 @@ def _case_row(id: str, mode: str, case: ET.Element) -> Row:
     return Row(id, mode, PASSED, seconds, case_evidence(case))
 
 
-def _test_id(run: Run, case: ET.Element) -> str:
+def _test_id(run: LightningJob, case: ET.Element) -> str:
     return junit_test_id(run.target.split("::", 1)[0], case)

@@ -32,7 +32,7 @@ STANDALONE_TESTS_ENV = "PL_RUN_STANDALONE_TESTS"
 
 
 @dataclass(frozen=True)
-class Run:
+class LightningJob:
     """One pytest process: a file (`standalone=False`: its tests that may share a process) or a
     single standalone test id; `deselect`: ids not to run (tests that crashed the process)."""
 
@@ -47,7 +47,7 @@ class Run:
         return "".join(c if c.isalnum() or c in "._-" else "_" for c in name)[:150]
 
 
-def execute(run: Run, slice: Slice, timeout: float, workdir: Path) -> Outcome:
+def execute(run: LightningJob, slice: Slice, timeout: float, workdir: Path) -> Outcome:
     """Run `run` on the emulated `slice` from `run.tests` (pytest's rootdir); its output, junit
     file and progress file go to `workdir`, with a record to classify it again from."""
     files = RunFiles.of(workdir).fresh()
@@ -75,7 +75,7 @@ def load(workdir: Path) -> Outcome:
     return RunFiles.of(workdir).outcome(record["status"], record["seconds"], record["timeout"])
 
 
-def command(run: Run, slice: Slice, junit: Path) -> list[str]:
+def command(run: LightningJob, slice: Slice, junit: Path) -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -87,7 +87,7 @@ def command(run: Run, slice: Slice, junit: Path) -> list[str]:
     ]
 
 
-def environment(run: Run, timeout: float, progress: Path) -> dict[str, str]:
+def environment(run: LightningJob, timeout: float, progress: Path) -> dict[str, str]:
     env = child_environment(timeout)
     env.pop(STANDALONE_TESTS_ENV, None)
     env[TPU_TESTS_ENV] = "1"
