@@ -62,7 +62,7 @@ def _fake(tensors: list[torch.Tensor], text: str) -> list[torch.Tensor]:
 
 def _serve(tensors: list[torch.Tensor], text: str) -> list[torch.Tensor]:
     """The XLA kernel: the emulated collective on host copies of the inputs (which it may change
-    in place), its results handed to the inputs' device."""
+    in place; the compiled path's one copy), its results handed to the inputs' device as views."""
     op, args = _decode(text)
     device = tensors[0].device
     if bridge_analysis.active:  # lazy zeros, as an in-graph collective's result would be lazy
