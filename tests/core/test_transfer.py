@@ -44,3 +44,11 @@ def test_host_memory_a_device_buffer_borrowed_is_freed_by_python_not_by_an_xla_t
         "the host memory under a device buffer was freed by a thread other than this one "
         f"({freed_on}): an XLA thread, which needs the GIL to free it while holding the device"
     )
+
+
+def test_a_result_for_the_cpu_is_not_copied_again():
+    """The compiled path's kernel copies its inputs to the host once (compiled.py); the emulated
+    collective's result comes back to the CPU as the same memory, then to XLA as a view."""
+    host = torch.arange(6.0)
+    (on_cpu,) = transfer.to_device([host], "cpu")
+    assert on_cpu.data_ptr() == host.data_ptr()

@@ -3,6 +3,8 @@
 Each call describes itself (op, arguments that must agree across ranks, user source line),
 fetches its inputs to the host, meets its replica group in the run's rendezvous, where the
 result is computed once, and uploads the result back to the input's device in the input's dtype.
+These are the eager functions; `collective_registry.py` makes each `xm.<name>` of them (with its
+traced twin, or cutting the graph, under `torch.compile`).
 """
 
 from __future__ import annotations
@@ -19,9 +21,7 @@ from ..base import rank_context
 from ..reports import traced_counters
 from ..reports.callsite import call_location
 from . import combine as combining
-from . import compile_dispatch as dispatch
 from .combine import check_reduce_type
-from .compile_dispatch import between_graphs, traced_as
 from .rendezvous import Call
 from .transfer import to_device, to_host
 
@@ -120,7 +120,6 @@ def _dim(tensor: torch.Tensor, dim: int, what: str) -> int:
 # ------------------------------------------------------------------------------ all_reduce
 
 
-@traced_as(dispatch.all_reduce)
 def all_reduce(
     reduce_type: str,
     inputs: torch.Tensor | list[torch.Tensor],
@@ -160,7 +159,6 @@ def all_reduce(
 # ------------------------------------------------------------------------------ all_gather
 
 
-@traced_as(dispatch.all_gather)
 def all_gather(
     value: torch.Tensor | list[torch.Tensor],
     dim: int = 0,
@@ -194,7 +192,6 @@ def all_gather(
 # ------------------------------------------------------------------------------ reduce_scatter
 
 
-@traced_as(dispatch.reduce_scatter)
 def reduce_scatter(
     reduce_type: str,
     input: torch.Tensor | list[torch.Tensor],
@@ -245,7 +242,6 @@ def reduce_scatter(
 # ------------------------------------------------------------------------------ all_to_all
 
 
-@traced_as(dispatch.all_to_all)
 def all_to_all(
     value: torch.Tensor,
     split_dimension: int,
@@ -300,7 +296,6 @@ def _check_pairs(pairs: Sequence[Sequence[int]], size: int) -> tuple[tuple[int, 
     return normalized
 
 
-@traced_as(dispatch.collective_permute)
 def collective_permute(value: torch.Tensor, pairs: list[list[int]]) -> torch.Tensor:
     """xm.collective_permute: every rank takes part; a rank no pair targets receives zeros."""
     ctx = rank_context.require("xm.collective_permute")
@@ -313,7 +308,6 @@ def collective_permute(value: torch.Tensor, pairs: list[list[int]]) -> torch.Ten
     return to_device([received[ctx.rank]], value.device)[0]
 
 
-@traced_as(dispatch.collective_broadcast)
 def collective_broadcast(
     tensors: list[torch.Tensor],
     root_ordinal: int = 0,
@@ -345,7 +339,6 @@ def collective_broadcast(
 # ------------------------------------------------------------------------------ send / recv
 
 
-@between_graphs
 def send(value: torch.Tensor, channel_id: int) -> torch.Tensor:
     """xm.send: post the value on a channel; returns the input, as torch_xla does."""
     ctx = rank_context.require("xm.send")
@@ -354,7 +347,6 @@ def send(value: torch.Tensor, channel_id: int) -> torch.Tensor:
     return value
 
 
-@between_graphs
 def recv(output: torch.Tensor, channel_id: int) -> torch.Tensor:
     """xm.recv: take the oldest value posted on a channel into `output`."""
     ctx = rank_context.require("xm.recv")
@@ -380,7 +372,6 @@ def check_received(
 # ------------------------------------------------------------------------------ rendezvous
 
 
-@between_graphs
 def xla_rendezvous(
     payload: bytes = b"", ordinals: list[int] | None = None, tag: str | None = None
 ) -> list[bytes]:

@@ -4,7 +4,8 @@ Dynamo cannot trace the emulation (rank threads, locks, frame inspection), so wh
 `xm` collective the collective becomes one opaque op, `xlasim::collective(Tensor[] tensors,
 str request) -> Tensor[]` (defined, with its kernels, in `compiled.py`), and collectives that
 cannot be graph nodes (send, recv, rendezvous) break the graph, as torch_xla's do on a TPU. Each
-emulated collective says which with one decorator (`traced_as`, `between_graphs`).
+collective's record (`collective_registry.py`) says which, and holds its traced twin; this module
+is the machinery they share (`traced_as`, `between_graphs`, the op's call).
 """
 
 from __future__ import annotations
@@ -88,87 +89,32 @@ def call(op: str, tensors: list[torch.Tensor], **args: Any) -> list[torch.Tensor
     return torch.ops.xlasim.collective(tensors, request(op, args))
 
 
-# ------------------------------------------------------------------------------ xm, traced
+# ------------------------------------------------------------------------------ the traced twins' helpers
 
 Tensors = torch.Tensor | list[torch.Tensor]
 
 
-def _tensors(value: Tensors) -> tuple[list[torch.Tensor], bool]:
+def tensor_list(value: Tensors) -> tuple[list[torch.Tensor], bool]:
+    """`value` as a list, and whether it was one tensor."""
     return ([value], True) if isinstance(value, torch.Tensor) else (list(value), False)
 
 
-def _copy_into(targets: Sequence[torch.Tensor], values: Sequence[torch.Tensor]) -> None:
+def copy_into(targets: Sequence[torch.Tensor], values: Sequence[torch.Tensor]) -> None:
+    """Write a traced collective's results into the caller's tensors (its in-place forms)."""
     with torch.no_grad():
         for target, value in zip(targets, values):
             target.copy_(value)
 
 
-def _deliver(results: list[torch.Tensor], output: Tensors | None, single: bool) -> Tensors:
+def deliver(results: list[torch.Tensor], output: Tensors | None, single: bool) -> Tensors:
+    """A traced collective's results as torch_xla returns them: into `output` when given.
+
+    Args:
+        results: the op's results.
+        output: the caller's `output` argument.
+        single: whether the caller gave one tensor (one comes back) rather than a list.
+    """
     if output is None:
         return results[0] if single else results
-    _copy_into(_tensors(output)[0], results)
+    copy_into(tensor_list(output)[0], results)
     return output
-
-
-def all_reduce(reduce_type: str, inputs: Tensors, scale: float, groups: Any) -> Tensors:
-    """xm.all_reduce under dynamo: a list is reduced in place."""
-    tensors, single = _tensors(inputs)
-    results = call("all_reduce", tensors, reduce_type=reduce_type, scale=scale, groups=groups)
-    if single:
-        return results[0]
-    _copy_into(tensors, results)
-    return inputs
-
-
-def all_gather(value: Tensors, dim: int, groups: Any, output: Tensors | None) -> Tensors:
-    """xm.all_gather under dynamo."""
-    tensors, single = _tensors(value)
-    return _deliver(call("all_gather", tensors, dim=dim, groups=groups), output, single)
-
-
-def reduce_scatter(
-    reduce_type: str,
-    input: Tensors,
-    scale: float,
-    scatter_dim: int,
-    shard_count: int,
-    groups: Any,
-    output: Tensors | None,
-) -> Tensors:
-    """xm.reduce_scatter under dynamo."""
-    tensors, single = _tensors(input)
-    results = call(
-        "reduce_scatter",
-        tensors,
-        reduce_type=reduce_type,
-        scale=scale,
-        scatter_dim=scatter_dim,
-        shard_count=shard_count,
-        groups=groups,
-    )
-    return _deliver(results, output, single)
-
-
-def all_to_all(
-    value: torch.Tensor, split_dimension: int, concat_dimension: int, split_count: int, groups: Any
-) -> torch.Tensor:
-    """xm.all_to_all under dynamo."""
-    return call(
-        "all_to_all",
-        [value],
-        split_dimension=split_dimension,
-        concat_dimension=concat_dimension,
-        split_count=split_count,
-        groups=groups,
-    )[0]
-
-
-def collective_permute(value: torch.Tensor, pairs: Any) -> torch.Tensor:
-    """xm.collective_permute under dynamo."""
-    return call("collective_permute", [value], pairs=pairs)[0]
-
-
-def collective_broadcast(tensors: list[torch.Tensor], root_ordinal: int, groups: Any) -> None:
-    """xm.collective_broadcast under dynamo (in place)."""
-    values = call("collective_broadcast", list(tensors), root_ordinal=root_ordinal, groups=groups)
-    _copy_into(tensors, values)

@@ -17,9 +17,10 @@ constant: every later call would return the first call's result. So:
   meeting any rank, since on a TPU that run only traces: every rank meets the others exactly
   once per collective its program calls, whichever rank compiles when.
 
-Under dynamo the `xm` functions become calls of the op (`compile_dispatch.py`), and
-`xla_level.py` maps torch.distributed's traceable collectives onto the same op; this module is
-the op's kernels and the bridge's changes.
+Under dynamo the `xm` functions become calls of the op (their records' traced twins,
+`collective_registry.py`), and `xla_level.py` maps torch.distributed's traceable collectives onto
+the same op; this module is the op's kernels (each record's shape rule and kernel, looked up by
+the collective's name in the op's request) and the bridge's changes.
 """
 
 from __future__ import annotations
@@ -35,9 +36,9 @@ from typing import Any
 
 import torch
 
-from ..base import emulated_slice, rank_context
+from ..base import emulated_slice
 from ..base.errors import UnsupportedCollectiveError
-from . import collectives
+from .collective_registry import REGISTRY, XLAC_ALIASES
 from .compile_dispatch import NAMESPACE
 from .transfer import to_device, to_host
 
@@ -48,63 +49,6 @@ Shape = Sequence[int]
 # ------------------------------------------------------------------------------ the op
 
 
-def _members(groups: Any) -> tuple[int, ...]:
-    ctx = rank_context.require("a compiled collective")
-    return collectives.group_of(ctx.rank, ctx.world_size, groups, equal_sizes=True)
-
-
-def _resized(shape: Shape, dim: int, factor: int, divisor: int = 1) -> list[int]:
-    sizes = list(shape)
-    dim %= len(sizes)
-    sizes[dim] = sizes[dim] * factor // divisor
-    return sizes
-
-
-def _all_to_all_shape(shape: Shape, args: Args) -> list[int]:
-    count = args["split_count"]
-    split = _resized(shape, args["split_dimension"], 1, count)
-    return _resized(split, args["concat_dimension"], count)
-
-
-#: Per op: result shapes from input shapes (the fake kernel, and the placeholders).
-_SHAPES: dict[str, Callable[[list[Shape], Args], list[Shape]]] = {
-    "all_reduce": lambda shapes, args: shapes,
-    "collective_permute": lambda shapes, args: shapes,
-    "collective_broadcast": lambda shapes, args: shapes,
-    "all_gather": lambda shapes, args: [
-        _resized(s, args["dim"], len(_members(args["groups"]))) for s in shapes
-    ],
-    "reduce_scatter": lambda shapes, args: [
-        _resized(s, args["scatter_dim"], 1, args["shard_count"]) for s in shapes
-    ],
-    "all_to_all": lambda shapes, args: [_all_to_all_shape(s, args) for s in shapes],
-}
-
-
-def _broadcast(tensors: list[torch.Tensor], args: Args) -> list[torch.Tensor]:
-    collectives.collective_broadcast(tensors, args["root_ordinal"], args["groups"])
-    return tensors
-
-
-#: Per op: the emulated collective on this rank, on host copies of its inputs.
-_RUN: dict[str, Callable[[list[torch.Tensor], Args], list[torch.Tensor]]] = {
-    "all_reduce": lambda ts, a: collectives.all_reduce(
-        a["reduce_type"], ts, a["scale"], a["groups"]
-    ),
-    "all_gather": lambda ts, a: collectives.all_gather(ts, a["dim"], a["groups"], pin_layout=False),
-    "reduce_scatter": lambda ts, a: collectives.reduce_scatter(
-        a["reduce_type"], ts, a["scale"], a["scatter_dim"], a["shard_count"], a["groups"]
-    ),
-    "all_to_all": lambda ts, a: [
-        collectives.all_to_all(
-            ts[0], a["split_dimension"], a["concat_dimension"], a["split_count"], a["groups"]
-        )
-    ],
-    "collective_permute": lambda ts, a: [collectives.collective_permute(ts[0], a["pairs"])],
-    "collective_broadcast": _broadcast,
-}
-
-
 def _decode(text: str) -> tuple[str, Args]:
     op, args = json.loads(text)
     return op, args
@@ -112,21 +56,21 @@ def _decode(text: str) -> tuple[str, Args]:
 
 def _fake(tensors: list[torch.Tensor], text: str) -> list[torch.Tensor]:
     op, args = _decode(text)
-    shapes = _SHAPES[op]([t.shape for t in tensors], args)
+    shapes = REGISTRY[op].shapes([t.shape for t in tensors], args)
     return [t.new_empty(shape) for t, shape in zip(tensors, shapes)]
 
 
 def _serve(tensors: list[torch.Tensor], text: str) -> list[torch.Tensor]:
     """The XLA kernel: the emulated collective on host copies of the inputs (which it may change
-    in place), its results handed to the inputs' device."""
+    in place; the compiled path's one copy), its results handed to the inputs' device as views."""
     op, args = _decode(text)
     device = tensors[0].device
     if bridge_analysis.active:  # lazy zeros, as an in-graph collective's result would be lazy
-        shapes = _SHAPES[op]([t.shape for t in tensors], args)
+        shapes = REGISTRY[op].shapes([t.shape for t in tensors], args)
         return [
             torch.zeros(shape, dtype=t.dtype, device=device) for t, shape in zip(tensors, shapes)
         ]
-    return to_device(_RUN[op](to_host(tensors, copy=True), args), device)
+    return to_device(REGISTRY[op].kernel(to_host(tensors, copy=True), args), device)
 
 
 def define(library: torch.library.Library) -> None:
@@ -391,7 +335,7 @@ def patches() -> list[tuple[Any, str, Any]]:
             dynamo_config.accumulated_recompile_limit * ranks,
         ),
     ]
-    for name in xla_level.XLAC_COLLECTIVES:
+    for name, instead in XLAC_ALIASES.items():
         original = getattr(torch_xla._XLAC, name)
-        targets.append((torch_xla._XLAC, name, xla_level.refuse_on_ranks(name, original)))
+        targets.append((torch_xla._XLAC, name, xla_level.refuse_on_ranks(name, instead, original)))
     return targets

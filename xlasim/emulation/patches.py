@@ -15,7 +15,6 @@ from types import FunctionType
 from typing import Any
 
 from ..base import forks
-from ..base.collective_names import XM_COLLECTIVES
 from ..base.host_memory import available_memory
 
 _MISSING = object()
@@ -62,7 +61,8 @@ def _targets() -> list[Patch]:
     from ..compilation import turns
     from ..reports import traced_counters
     from ..tpu import arithmetic, memory
-    from . import collectives, compiled, distributed, queries, seeding, spmd, world_of_one
+    from . import compiled, distributed, queries, seeding, spmd, world_of_one
+    from .collective_registry import REGISTRY
 
     runtime_originals = {
         name: getattr(xr, name)
@@ -95,8 +95,8 @@ def _targets() -> list[Patch]:
         )
     )
     cores = queries.slice_cores()
-    for name in XM_COLLECTIVES:
-        emulated = getattr(collectives, name)
+    for name, collective in REGISTRY.items():
+        emulated = collective.xm_function()
         targets.append(
             (
                 xm,

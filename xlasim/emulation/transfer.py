@@ -63,10 +63,18 @@ def to_host(tensors: Sequence[torch.Tensor], copy: bool = False) -> list[torch.T
 
 
 def to_device(tensors: Sequence[torch.Tensor], device: torch.device | str) -> list[torch.Tensor]:
-    """`tensors` as tensors of `device`; an XLA CPU device gets views of the host memory."""
+    """`tensors` as tensors of `device`; an XLA CPU device gets views of the host memory, a CPU
+    device the host tensors themselves.
+
+    Not a copy on the CPU: the participants of a collective on CPU tensors may get one result
+    tensor, as they share its memory on XLA devices. Its callers copy out of it: the compiled
+    path's kernel (`compiled.py`, which copied its inputs to the host already) hands it to XLA
+    as views, torch_xla's `xla` process group copies it into its outputs, and a received
+    value is cloned first (`recv`, never aliasing the sender).
+    """
     device = torch.device(device)
     if device.type != "xla":
-        return [t.clone().to(device) for t in tensors]
+        return [t.to(device) for t in tensors]
     return [_view_on(_viewable(t), device.index or 0) for t in tensors]
 
 

@@ -6,7 +6,9 @@
   cannot run across emulated cores. They get XLA kernels here that run the emulated collective
   through `xlasim::collective` (eagerly, or as an opaque node of a compiled graph).
 - `torch_xla._XLAC._xla_all_reduce` and its siblings build the same in-graph collectives and
-  have no emulated equivalent at that level: on a rank they raise instead of hanging the process.
+  have no emulated equivalent at that level: on a rank they raise instead of hanging the process
+  (each collective's record lists its own, `collective_registry.py`; `compiled.patches` installs
+  the refusals).
 """
 
 from __future__ import annotations
@@ -163,27 +165,15 @@ def register(library: torch.library.Library) -> None:
 
 # ------------------------------------------------------------------------------ torch_xla._XLAC
 
-#: `torch_xla._XLAC` collectives -> the `xm` function a rank should call instead.
-XLAC_COLLECTIVES = {
-    "_xla_all_reduce": "all_reduce",
-    "_xla_all_reduce_inplace": "all_reduce",
-    "_xla_all_gather": "all_gather",
-    "_xla_all_gather_out": "all_gather",
-    "_xla_all_gather_coalesced": "all_gather",
-    "_xla_all_gather_coalesced_out": "all_gather",
-    "_xla_reduce_scatter": "reduce_scatter",
-    "_xla_reduce_scatter_out": "reduce_scatter",
-    "_xla_reduce_scatter_coalesced": "reduce_scatter",
-    "_xla_reduce_scatter_coalesced_out": "reduce_scatter",
-    "_xla_all_to_all": "all_to_all",
-    "_xla_collective_permute": "collective_permute",
-    "_xla_send": "send",
-    "_xla_recv": "recv",
-}
 
+def refuse_on_ranks(name: str, instead: str, original: Callable[..., Any]) -> Callable[..., Any]:
+    """`torch_xla._XLAC.<name>`, raising on an emulated rank (elsewhere it is the original).
 
-def refuse_on_ranks(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
-    """`torch_xla._XLAC.<name>`, raising on an emulated rank (elsewhere it is the original)."""
+    Args:
+        name: the `_XLAC` function (an alias in a collective's record, `collective_registry.py`).
+        instead: the `xm` collective the error tells the rank to call.
+        original: torch_xla's function.
+    """
 
     def xla_collective(*args: Any, **kwargs: Any) -> Any:
         if rank_context.current() is None:
@@ -191,7 +181,7 @@ def refuse_on_ranks(name: str, original: Callable[..., Any]) -> Callable[..., An
         raise UnsupportedCollectiveError(
             f"torch_xla._XLAC.{name} builds an XLA collective into the rank's graph, which XLA's "
             "CPU client cannot run across emulated cores (it would hang, then abort the process). "
-            f"Call xm.{XLAC_COLLECTIVES[name]} (or torch.distributed), which the emulation serves."
+            f"Call xm.{instead} (or torch.distributed), which the emulation serves."
         )
 
     xla_collective.__name__ = name
