@@ -5,7 +5,9 @@ The fixture project fixtures/ranked_project has a package whose even and odd ran
 different branches, a rank that ends its process with `os._exit` and one that hangs past its
 test's timeout. Measured at 8 cores in the default mode (a process per core) and in the
 threads mode, the line and branch reports must be equal: what the ranks ran, the crashed and
-the hung rank's lines included, and only the line no rank reaches missing.
+the hung rank's lines included, and only the line no rank reaches missing. The same tests as
+SPMD tests (spmd_ranked.py, every device's branch taken in the SPMD worker) give the threads
+mode's report too.
 """
 
 import json
@@ -21,6 +23,8 @@ from xlasim.ranks import rank_coverage
 PROJECT = Path(__file__).parents[2] / "fixtures" / "ranked_project"
 PARITY = "ranked/parity.py"
 MODES = {"default": (), "threads": ("--xla-processes=1",)}
+#: How test_ranked.py's tests end: rank 1 ends its process in one, rank 2 hangs in another.
+RANKED_OUTCOMES = {"passed": 3, "failed": 2}
 
 
 def _line_of(text: str) -> int:
@@ -51,6 +55,28 @@ def project(pytester: pytest.Pytester, inner_environment: pytest.MonkeyPatch) ->
     return pytester.path
 
 
+def _pytest_cov(
+    pytester: pytest.Pytester, mode: str, *options: str, outcomes: dict[str, int]
+) -> dict[str, dict[str, list]]:
+    """`pytest --cov=ranked --cov-branch` of the project with `options`, as `_measured` says;
+    pytest-cov must have combined every data file the ranks' processes wrote.
+
+    Args:
+        pytester: the project's pytester.
+        mode: names the report (and the failure).
+        options: the inner session's further options and paths.
+        outcomes: the inner session's outcomes (`assert_outcomes`'s arguments).
+    """
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--cov=ranked", "--cov-branch",
+        f"--cov-report=json:{mode}.json", *options, timeout=300,
+    )  # fmt: skip
+    result.assert_outcomes(**outcomes)
+    left = sorted(path.name for path in pytester.path.glob(".coverage.*"))
+    assert not left, f"{mode}: data files written after pytest-cov combined: {left}"
+    return _measured(pytester.path / f"{mode}.json")
+
+
 def test_workers_measure_in_parallel_and_save_on_exit() -> None:
     """The configuration workers get: the launching process's, with a data file per process
     and saved when a rank ends its process or the worker is stopped with SIGTERM."""
@@ -67,18 +93,27 @@ def test_workers_measure_in_parallel_and_save_on_exit() -> None:
 @pytest.mark.slow
 def test_pytest_cov_counts_the_ranks(pytester: pytest.Pytester, project: Path) -> None:
     """`pytest --cov --cov-branch`: the default mode's report is the threads mode's."""
-    measured = {}
-    for mode, options in MODES.items():
-        result = pytester.runpytest_subprocess(
-            "-p", "no:cacheprovider", "--xla-devices=8", "--cov=ranked", "--cov-branch",
-            f"--cov-report=json:{mode}.json", *options, timeout=300,
-        )  # fmt: skip
-        result.assert_outcomes(passed=3, failed=2)
-        measured[mode] = _measured(project / f"{mode}.json")
-        left = sorted(path.name for path in project.glob(".coverage.*"))
-        assert not left, f"{mode}: data files written after pytest-cov combined: {left}"
+    measured = {
+        mode: _pytest_cov(pytester, mode, "--xla-devices=8", *options, outcomes=RANKED_OUTCOMES)
+        for mode, options in MODES.items()
+    }
     _check_ranks_counted(measured["default"])
     assert measured["default"] == measured["threads"]
+
+
+@pytest.mark.slow
+def test_pytest_cov_counts_the_spmd_worker(pytester: pytest.Pytester, project: Path) -> None:
+    """`pytest --cov --cov-branch` of test_ranked.py's tests as SPMD tests (spmd_ranked.py:
+    each runs in the SPMD worker, for every device in turn; the worker ends its process in
+    one and hangs in another, and is replaced): the report is the threads mode's of
+    test_ranked.py."""
+    runs = {"spmd": ("spmd_ranked.py",), "threads": (*MODES["threads"], "test_ranked.py")}
+    measured = {
+        mode: _pytest_cov(pytester, mode, "--xla-devices=8", *options, outcomes=RANKED_OUTCOMES)
+        for mode, options in runs.items()
+    }
+    _check_ranks_counted(measured["spmd"])
+    assert measured["spmd"] == measured["threads"]
 
 
 def _coverage_run(pytester: pytest.Pytester, mode: str, *command: str) -> Path:
@@ -128,19 +163,14 @@ def test_pytest_cov_counts_the_native_backends_workers(
     started before the measurement (as on a TPU v2/v3 VM), as the emulated threads mode does."""
     inner_environment.setenv("PJRT_DEVICE", "CPU")
     inner_environment.setenv("CPU_NUM_DEVICES", "2")
-    measured = {}
-    for mode, options in {
+    runs = {
         "native": ("--xla-backend=native",),
         "threads": ("--xla-devices=2", *MODES["threads"]),
-    }.items():
-        result = pytester.runpytest_subprocess(
-            "-p", "no:cacheprovider", "--cov=ranked", "--cov-branch",
-            f"--cov-report=json:{mode}.json", *options, "-k", "parity or total", timeout=300,
-        )  # fmt: skip
-        result.assert_outcomes(passed=2)
-        measured[mode] = _measured(project / f"{mode}.json")
-        left = sorted(path.name for path in project.glob(".coverage.*"))
-        assert not left, f"{mode}: data files written after pytest-cov combined: {left}"
+    }
+    measured = {
+        mode: _pytest_cov(pytester, mode, *options, "-k", "parity or total", outcomes={"passed": 2})
+        for mode, options in runs.items()
+    }
     parity = measured["native"][PARITY]["executed_lines"]
     for ran in ('kind = "even"', 'kind = "odd"', "continue", "total += value"):
         assert _line_of(ran) in parity, ran
