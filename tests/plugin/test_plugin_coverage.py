@@ -7,7 +7,8 @@ test's timeout. Measured at 8 cores in the default mode (a process per core) and
 threads mode, the line and branch reports must be equal: what the ranks ran, the crashed and
 the hung rank's lines included, and only the line no rank reaches missing. The same tests as
 SPMD tests (spmd_ranked.py, every device's branch taken in the SPMD worker) give the threads
-mode's report too.
+mode's report too, and so does each machine of a pod of 2 (network namespaces) for the ranks of
+both machines.
 """
 
 import json
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from fixtures import namespaces
 from xlasim.ranks import rank_coverage
 
 PROJECT = Path(__file__).parents[2] / "fixtures" / "ranked_project"
@@ -175,3 +177,58 @@ def test_pytest_cov_counts_the_native_backends_workers(
     for ran in ('kind = "even"', 'kind = "odd"', "continue", "total += value"):
         assert _line_of(ran) in parity, ran
     assert measured["native"] == measured["threads"]
+
+
+#: The pod of test_pod_pytest.py: 4 cores, a process each, on 2 hosts, one host per machine
+#: (ranks 0-1 on machine 0, ranks 2-3 on machine 1).
+POD_SLICE = ("--xla-devices=4", "--xla-processes=4", "--xla-hosts=2")
+POD_PORT = 29780
+POD_BOUND_S = 300
+
+
+def _on_machine(measured: dict[str, dict[str, list]], project: Path) -> dict[str, dict[str, list]]:
+    """A machine's report with its files named from the project, as the reference's are (a
+    machine works in a directory of its own, so coverage.py names them by absolute path)."""
+    return {os.path.relpath(name, project): data for name, data in measured.items()}
+
+
+@pytest.mark.slow
+def test_pytest_cov_counts_every_machine_of_a_pod(pytester: pytest.Pytester, project: Path) -> None:
+    """`pytest --cov --cov-branch` on each of 2 machines of a pod (network namespaces, each
+    working in a directory of its own): each machine's report counts what both machines' ranks
+    ran (rank 3, on machine 1 only, takes a branch of its own), as the threads mode's does for
+    the same tests on one machine."""
+    namespaces.require()
+    selection = ("-k", "parity or total", str(project / "test_ranked.py"))
+    reference = _pytest_cov(
+        pytester,
+        "threads",
+        "--xla-devices=4",
+        *MODES["threads"],
+        *selection,
+        outcomes={"passed": 2},
+    )
+    pod = namespaces.Machines(2)
+    try:
+        started = []
+        for machine in range(2):
+            argv = [
+                sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *POD_SLICE,
+                "--xla-machines=2", f"--xla-machine-rank={machine}",
+                f"--xla-rendezvous={pod.address(0)}:{POD_PORT}", "--xla-token=pod-coverage",
+                "--cov=ranked", "--cov-branch", f"--cov-report=json:{project / f'm{machine}.json'}",
+                *selection,
+            ]  # fmt: skip
+            started.append(pod.start(machine, argv, project / f"m{machine}"))
+        for machine, process in enumerate(started):
+            namespaces.wait_succeeded(process, project / f"m{machine}", POD_BOUND_S)
+        left = [sorted(p.name for p in where.glob(".coverage.*")) for where in pod.directories]
+    finally:
+        pod.close()
+    assert left == [[], []], f"data files written after pytest-cov combined: {left}"
+    for machine in range(2):
+        measured = _on_machine(_measured(project / f"m{machine}.json"), project)
+        executed = measured[PARITY]["executed_lines"]
+        for only_some_ranks in ('kind = "odd"', 'kind += ", the third"', "continue"):
+            assert _line_of(only_some_ranks) in executed, (machine, only_some_ranks)
+        assert measured == reference, f"machine {machine}"

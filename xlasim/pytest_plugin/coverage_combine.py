@@ -9,7 +9,8 @@ warm world, whose workers save their data as they stop: a worker still measuring
 combination would leave a data file of its own behind (coverage.py saves again at a process's
 end). The native backend's workers (`xmp.spawn`'s processes) are stopped the same way, and
 waited for, and so are the SPMD workers (`spmd_processes.py`). Ranks that are threads of this
-process are measured by its own coverage.
+process are measured by its own coverage. On a machine of a pod, every machine's data is first
+sent to every other (`xlasim/ranks/pod_coverage.py`): each machine's report is the pod's.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import Generator
 import pytest
 
 from .session import backend_key, executor_key, is_active
+from .settings import resolve
 from .spmd_processes import workers_key
 
 #: How long the native backend's and the SPMD workers may take to end (saving their data) once
@@ -52,4 +54,17 @@ def _save_ranks_coverage(config: pytest.Config) -> None:
         return
     from ..ranks import warm_world
 
+    if resolve(config).pod is not None:  # every machine's report is the pod's
+        _share_across_machines()
     warm_world.close()
+
+
+def _share_across_machines() -> None:
+    """On a machine of a pod: what every machine measured, exchanged while the pod is joined
+    (`xlasim/ranks/pod_coverage.py`)."""
+    from .. import activation
+    from ..machines.settings import from_environment
+    from ..ranks import pod_coverage
+
+    bound = from_environment().join_timeout  # type: ignore[union-attr]
+    pod_coverage.share_across_machines(activation.world(), bound)
