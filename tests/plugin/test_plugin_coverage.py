@@ -7,7 +7,8 @@ test's timeout. Measured at 8 cores in the default mode (a process per core) and
 threads mode, the line and branch reports must be equal: what the ranks ran, the crashed and
 the hung rank's lines included, and only the line no rank reaches missing. The same tests as
 SPMD tests (spmd_ranked.py, every device's branch taken in the SPMD worker) give the threads
-mode's report too, and so does each machine of a pod of 2 (network namespaces) for the ranks of
+mode's report too, as does a test file that turns SPMD on itself (spmd_file_ranked.py, in a child
+pytest session), and so does each machine of a pod of 2 (network namespaces) for the ranks of
 both machines.
 """
 
@@ -79,6 +80,20 @@ def _pytest_cov(
     return _measured(pytester.path / f"{mode}.json")
 
 
+def _reports(
+    pytester: pytest.Pytester, runs: dict[str, tuple[str, ...]], outcomes: dict[str, int]
+) -> dict[str, dict[str, dict[str, list]]]:
+    """`_pytest_cov` of each run (name: options), by name; each ends with `outcomes`."""
+    return {mode: _pytest_cov(pytester, mode, *o, outcomes=outcomes) for mode, o in runs.items()}
+
+
+def _check_branches_of_some_ranks(measured: dict[str, dict[str, list]]) -> None:
+    """The lines only odd ranks, rank 3 and the ranks given a negative value run are counted."""
+    executed = measured[PARITY]["executed_lines"]
+    for only_some_ranks in ('kind = "odd"', 'kind += ", the third"', "continue"):
+        assert _line_of(only_some_ranks) in executed, only_some_ranks
+
+
 def test_workers_measure_in_parallel_and_save_on_exit() -> None:
     """The configuration workers get: the launching process's, with a data file per process
     and saved when a rank ends its process or the worker is stopped with SIGTERM."""
@@ -95,10 +110,8 @@ def test_workers_measure_in_parallel_and_save_on_exit() -> None:
 @pytest.mark.slow
 def test_pytest_cov_counts_the_ranks(pytester: pytest.Pytester, project: Path) -> None:
     """`pytest --cov --cov-branch`: the default mode's report is the threads mode's."""
-    measured = {
-        mode: _pytest_cov(pytester, mode, "--xla-devices=8", *options, outcomes=RANKED_OUTCOMES)
-        for mode, options in MODES.items()
-    }
+    runs = {mode: ("--xla-devices=8", *options) for mode, options in MODES.items()}
+    measured = _reports(pytester, runs, RANKED_OUTCOMES)
     _check_ranks_counted(measured["default"])
     assert measured["default"] == measured["threads"]
 
@@ -109,13 +122,35 @@ def test_pytest_cov_counts_the_spmd_worker(pytester: pytest.Pytester, project: P
     each runs in the SPMD worker, for every device in turn; the worker ends its process in
     one and hangs in another, and is replaced): the report is the threads mode's of
     test_ranked.py."""
-    runs = {"spmd": ("spmd_ranked.py",), "threads": (*MODES["threads"], "test_ranked.py")}
-    measured = {
-        mode: _pytest_cov(pytester, mode, "--xla-devices=8", *options, outcomes=RANKED_OUTCOMES)
-        for mode, options in runs.items()
+    runs = {
+        "spmd": ("--xla-devices=8", "spmd_ranked.py"),
+        "threads": ("--xla-devices=8", *MODES["threads"], "test_ranked.py"),
     }
+    measured = _reports(pytester, runs, RANKED_OUTCOMES)
     _check_ranks_counted(measured["spmd"])
     assert measured["spmd"] == measured["threads"]
+
+
+@pytest.mark.slow
+def test_pytest_cov_counts_an_spmd_files_child_session(
+    pytester: pytest.Pytester, project: Path
+) -> None:
+    """`pytest --cov --cov-branch` of a test file that turns SPMD on itself
+    (spmd_file_ranked.py, run in a child pytest session of its own): the report is the threads
+    mode's of test_ranked.py's same tests."""
+    runs = {
+        "spmd_file": ("--xla-devices=8", "spmd_file_ranked.py"),
+        "threads": (
+            "--xla-devices=8",
+            *MODES["threads"],
+            "-k",
+            "parity or total",
+            "test_ranked.py",
+        ),
+    }
+    measured = _reports(pytester, runs, {"passed": 2})
+    _check_branches_of_some_ranks(measured["spmd_file"])
+    assert measured["spmd_file"] == measured["threads"]
 
 
 def _coverage_run(pytester: pytest.Pytester, mode: str, *command: str) -> Path:
@@ -150,9 +185,7 @@ def test_coverage_run_of_xlasim_run_counts_the_ranks(
     for mode, options in {"default": (), "threads": ("--processes", "1")}.items():
         command = ("-m", "xlasim", "run", "--devices", "8", *options, "run_ranked.py")
         measured[mode] = _measured(_coverage_run(pytester, mode, *command))
-    executed = measured["default"][PARITY]["executed_lines"]
-    for only_some_ranks in ('kind = "odd"', 'kind += ", the third"', "continue"):
-        assert _line_of(only_some_ranks) in executed, only_some_ranks
+    _check_branches_of_some_ranks(measured["default"])
     assert measured["default"] == measured["threads"]
 
 
@@ -166,13 +199,10 @@ def test_pytest_cov_counts_the_native_backends_workers(
     inner_environment.setenv("PJRT_DEVICE", "CPU")
     inner_environment.setenv("CPU_NUM_DEVICES", "2")
     runs = {
-        "native": ("--xla-backend=native",),
-        "threads": ("--xla-devices=2", *MODES["threads"]),
+        "native": ("--xla-backend=native", "-k", "parity or total"),
+        "threads": ("--xla-devices=2", *MODES["threads"], "-k", "parity or total"),
     }
-    measured = {
-        mode: _pytest_cov(pytester, mode, *options, "-k", "parity or total", outcomes={"passed": 2})
-        for mode, options in runs.items()
-    }
+    measured = _reports(pytester, runs, {"passed": 2})
     parity = measured["native"][PARITY]["executed_lines"]
     for ran in ('kind = "even"', 'kind = "odd"', "continue", "total += value"):
         assert _line_of(ran) in parity, ran
@@ -228,7 +258,5 @@ def test_pytest_cov_counts_every_machine_of_a_pod(pytester: pytest.Pytester, pro
     assert left == [[], []], f"data files written after pytest-cov combined: {left}"
     for machine in range(2):
         measured = _on_machine(_measured(project / f"m{machine}.json"), project)
-        executed = measured[PARITY]["executed_lines"]
-        for only_some_ranks in ('kind = "odd"', 'kind += ", the third"', "continue"):
-            assert _line_of(only_some_ranks) in executed, (machine, only_some_ranks)
+        _check_branches_of_some_ranks(measured)
         assert measured == reference, f"machine {machine}"
