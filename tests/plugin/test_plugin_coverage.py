@@ -5,7 +5,11 @@ The fixture project fixtures/ranked_project has a package whose even and odd ran
 different branches, a rank that ends its process with `os._exit` and one that hangs past its
 test's timeout. Measured at 8 cores in the default mode (a process per core) and in the
 threads mode, the line and branch reports must be equal: what the ranks ran, the crashed and
-the hung rank's lines included, and only the line no rank reaches missing.
+the hung rank's lines included, and only the line no rank reaches missing. The same tests as
+SPMD tests (spmd_ranked.py, every device's branch taken in the SPMD worker) give the threads
+mode's report too, as does a test file that turns SPMD on itself (spmd_file_ranked.py, in a child
+pytest session), and so does each machine of a pod of 2 (network namespaces) for the ranks of
+both machines.
 """
 
 import json
@@ -16,11 +20,14 @@ from pathlib import Path
 
 import pytest
 
+from fixtures import namespaces
 from xlasim.ranks import rank_coverage
 
 PROJECT = Path(__file__).parents[2] / "fixtures" / "ranked_project"
 PARITY = "ranked/parity.py"
 MODES = {"default": (), "threads": ("--xla-processes=1",)}
+#: How test_ranked.py's tests end: rank 1 ends its process in one, rank 2 hangs in another.
+RANKED_OUTCOMES = {"passed": 3, "failed": 2}
 
 
 def _line_of(text: str) -> int:
@@ -51,6 +58,42 @@ def project(pytester: pytest.Pytester, inner_environment: pytest.MonkeyPatch) ->
     return pytester.path
 
 
+def _pytest_cov(
+    pytester: pytest.Pytester, mode: str, *options: str, outcomes: dict[str, int]
+) -> dict[str, dict[str, list]]:
+    """`pytest --cov=ranked --cov-branch` of the project with `options`, as `_measured` says;
+    pytest-cov must have combined every data file the ranks' processes wrote.
+
+    Args:
+        pytester: the project's pytester.
+        mode: names the report (and the failure).
+        options: the inner session's further options and paths.
+        outcomes: the inner session's outcomes (`assert_outcomes`'s arguments).
+    """
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--cov=ranked", "--cov-branch",
+        f"--cov-report=json:{mode}.json", *options, timeout=300,
+    )  # fmt: skip
+    result.assert_outcomes(**outcomes)
+    left = sorted(path.name for path in pytester.path.glob(".coverage.*"))
+    assert not left, f"{mode}: data files written after pytest-cov combined: {left}"
+    return _measured(pytester.path / f"{mode}.json")
+
+
+def _reports(
+    pytester: pytest.Pytester, runs: dict[str, tuple[str, ...]], outcomes: dict[str, int]
+) -> dict[str, dict[str, dict[str, list]]]:
+    """`_pytest_cov` of each run (name: options), by name; each ends with `outcomes`."""
+    return {mode: _pytest_cov(pytester, mode, *o, outcomes=outcomes) for mode, o in runs.items()}
+
+
+def _check_branches_of_some_ranks(measured: dict[str, dict[str, list]]) -> None:
+    """The lines only odd ranks, rank 3 and the ranks given a negative value run are counted."""
+    executed = measured[PARITY]["executed_lines"]
+    for only_some_ranks in ('kind = "odd"', 'kind += ", the third"', "continue"):
+        assert _line_of(only_some_ranks) in executed, only_some_ranks
+
+
 def test_workers_measure_in_parallel_and_save_on_exit() -> None:
     """The configuration workers get: the launching process's, with a data file per process
     and saved when a rank ends its process or the worker is stopped with SIGTERM."""
@@ -67,18 +110,47 @@ def test_workers_measure_in_parallel_and_save_on_exit() -> None:
 @pytest.mark.slow
 def test_pytest_cov_counts_the_ranks(pytester: pytest.Pytester, project: Path) -> None:
     """`pytest --cov --cov-branch`: the default mode's report is the threads mode's."""
-    measured = {}
-    for mode, options in MODES.items():
-        result = pytester.runpytest_subprocess(
-            "-p", "no:cacheprovider", "--xla-devices=8", "--cov=ranked", "--cov-branch",
-            f"--cov-report=json:{mode}.json", *options, timeout=300,
-        )  # fmt: skip
-        result.assert_outcomes(passed=3, failed=2)
-        measured[mode] = _measured(project / f"{mode}.json")
-        left = sorted(path.name for path in project.glob(".coverage.*"))
-        assert not left, f"{mode}: data files written after pytest-cov combined: {left}"
+    runs = {mode: ("--xla-devices=8", *options) for mode, options in MODES.items()}
+    measured = _reports(pytester, runs, RANKED_OUTCOMES)
     _check_ranks_counted(measured["default"])
     assert measured["default"] == measured["threads"]
+
+
+@pytest.mark.slow
+def test_pytest_cov_counts_the_spmd_worker(pytester: pytest.Pytester, project: Path) -> None:
+    """`pytest --cov --cov-branch` of test_ranked.py's tests as SPMD tests (spmd_ranked.py:
+    each runs in the SPMD worker, for every device in turn; the worker ends its process in
+    one and hangs in another, and is replaced): the report is the threads mode's of
+    test_ranked.py."""
+    runs = {
+        "spmd": ("--xla-devices=8", "spmd_ranked.py"),
+        "threads": ("--xla-devices=8", *MODES["threads"], "test_ranked.py"),
+    }
+    measured = _reports(pytester, runs, RANKED_OUTCOMES)
+    _check_ranks_counted(measured["spmd"])
+    assert measured["spmd"] == measured["threads"]
+
+
+@pytest.mark.slow
+def test_pytest_cov_counts_an_spmd_files_child_session(
+    pytester: pytest.Pytester, project: Path
+) -> None:
+    """`pytest --cov --cov-branch` of a test file that turns SPMD on itself
+    (spmd_file_ranked.py, run in a child pytest session of its own): the report is the threads
+    mode's of test_ranked.py's same tests."""
+    runs = {
+        "spmd_file": ("--xla-devices=8", "spmd_file_ranked.py"),
+        "threads": (
+            "--xla-devices=8",
+            *MODES["threads"],
+            "-k",
+            "parity or total",
+            "test_ranked.py",
+        ),
+    }
+    measured = _reports(pytester, runs, {"passed": 2})
+    _check_branches_of_some_ranks(measured["spmd_file"])
+    assert measured["spmd_file"] == measured["threads"]
 
 
 def _coverage_run(pytester: pytest.Pytester, mode: str, *command: str) -> Path:
@@ -113,9 +185,7 @@ def test_coverage_run_of_xlasim_run_counts_the_ranks(
     for mode, options in {"default": (), "threads": ("--processes", "1")}.items():
         command = ("-m", "xlasim", "run", "--devices", "8", *options, "run_ranked.py")
         measured[mode] = _measured(_coverage_run(pytester, mode, *command))
-    executed = measured["default"][PARITY]["executed_lines"]
-    for only_some_ranks in ('kind = "odd"', 'kind += ", the third"', "continue"):
-        assert _line_of(only_some_ranks) in executed, only_some_ranks
+    _check_branches_of_some_ranks(measured["default"])
     assert measured["default"] == measured["threads"]
 
 
@@ -128,20 +198,65 @@ def test_pytest_cov_counts_the_native_backends_workers(
     started before the measurement (as on a TPU v2/v3 VM), as the emulated threads mode does."""
     inner_environment.setenv("PJRT_DEVICE", "CPU")
     inner_environment.setenv("CPU_NUM_DEVICES", "2")
-    measured = {}
-    for mode, options in {
-        "native": ("--xla-backend=native",),
-        "threads": ("--xla-devices=2", *MODES["threads"]),
-    }.items():
-        result = pytester.runpytest_subprocess(
-            "-p", "no:cacheprovider", "--cov=ranked", "--cov-branch",
-            f"--cov-report=json:{mode}.json", *options, "-k", "parity or total", timeout=300,
-        )  # fmt: skip
-        result.assert_outcomes(passed=2)
-        measured[mode] = _measured(project / f"{mode}.json")
-        left = sorted(path.name for path in project.glob(".coverage.*"))
-        assert not left, f"{mode}: data files written after pytest-cov combined: {left}"
+    runs = {
+        "native": ("--xla-backend=native", "-k", "parity or total"),
+        "threads": ("--xla-devices=2", *MODES["threads"], "-k", "parity or total"),
+    }
+    measured = _reports(pytester, runs, {"passed": 2})
     parity = measured["native"][PARITY]["executed_lines"]
     for ran in ('kind = "even"', 'kind = "odd"', "continue", "total += value"):
         assert _line_of(ran) in parity, ran
     assert measured["native"] == measured["threads"]
+
+
+#: The pod of test_pod_pytest.py: 4 cores, a process each, on 2 hosts, one host per machine
+#: (ranks 0-1 on machine 0, ranks 2-3 on machine 1).
+POD_SLICE = ("--xla-devices=4", "--xla-processes=4", "--xla-hosts=2")
+POD_PORT = 29780
+POD_BOUND_S = 300
+
+
+def _on_machine(measured: dict[str, dict[str, list]], project: Path) -> dict[str, dict[str, list]]:
+    """A machine's report with its files named from the project, as the reference's are (a
+    machine works in a directory of its own, so coverage.py names them by absolute path)."""
+    return {os.path.relpath(name, project): data for name, data in measured.items()}
+
+
+@pytest.mark.slow
+def test_pytest_cov_counts_every_machine_of_a_pod(pytester: pytest.Pytester, project: Path) -> None:
+    """`pytest --cov --cov-branch` on each of 2 machines of a pod (network namespaces, each
+    working in a directory of its own): each machine's report counts what both machines' ranks
+    ran (rank 3, on machine 1 only, takes a branch of its own), as the threads mode's does for
+    the same tests on one machine."""
+    namespaces.require()
+    selection = ("-k", "parity or total", str(project / "test_ranked.py"))
+    reference = _pytest_cov(
+        pytester,
+        "threads",
+        "--xla-devices=4",
+        *MODES["threads"],
+        *selection,
+        outcomes={"passed": 2},
+    )
+    pod = namespaces.Machines(2)
+    try:
+        started = []
+        for machine in range(2):
+            argv = [
+                sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *POD_SLICE,
+                "--xla-machines=2", f"--xla-machine-rank={machine}",
+                f"--xla-rendezvous={pod.address(0)}:{POD_PORT}", "--xla-token=pod-coverage",
+                "--cov=ranked", "--cov-branch", f"--cov-report=json:{project / f'm{machine}.json'}",
+                *selection,
+            ]  # fmt: skip
+            started.append(pod.start(machine, argv, project / f"m{machine}"))
+        for machine, process in enumerate(started):
+            namespaces.wait_succeeded(process, project / f"m{machine}", POD_BOUND_S)
+        left = [sorted(p.name for p in where.glob(".coverage.*")) for where in pod.directories]
+    finally:
+        pod.close()
+    assert left == [[], []], f"data files written after pytest-cov combined: {left}"
+    for machine in range(2):
+        measured = _on_machine(_measured(project / f"m{machine}.json"), project)
+        _check_branches_of_some_ranks(measured)
+        assert measured == reference, f"machine {machine}"

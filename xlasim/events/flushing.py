@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
 
 from . import recorder
@@ -25,23 +26,29 @@ FLUSH_GRACE_S = 2.0
 FLUSH, FLUSHED = "flush", "flushed"
 
 
-def serve(conn: Connection) -> None:
+def serve(conn: Connection, also: Callable[[], None] | None = None) -> None:
     """Flush this process's recorder whenever `conn` asks, from a daemon thread, until the
     connection closes.
 
     Args:
         conn: this process's end of its flush connection (the launching process holds the
             other, for `request`).
+        also: what else the process writes out on each request (the SPMD worker: its
+            coverage data, `xlasim.ranks.rank_coverage.save`).
     """
-    threading.Thread(target=_answer, args=(conn,), name="xlasim-event-flush", daemon=True).start()
+    threading.Thread(
+        target=_answer, args=(conn, also), name="xlasim-event-flush", daemon=True
+    ).start()
 
 
-def _answer(conn: Connection) -> None:
+def _answer(conn: Connection, also: Callable[[], None] | None) -> None:
     with contextlib.suppress(EOFError, OSError):
         while conn.recv() == FLUSH:
             tracer = recorder.current()
             if tracer is not None:
                 tracer.flush()
+            if also is not None:
+                also()
             conn.send(FLUSHED)
 
 

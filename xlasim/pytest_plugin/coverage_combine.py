@@ -8,7 +8,9 @@ wrapper runs inside that one (`trylast`: its code after the loop runs first) and
 warm world, whose workers save their data as they stop: a worker still measuring after the
 combination would leave a data file of its own behind (coverage.py saves again at a process's
 end). The native backend's workers (`xmp.spawn`'s processes) are stopped the same way, and
-waited for. Ranks that are threads of this process are measured by its own coverage.
+waited for, and so are the SPMD workers (`spmd_processes.py`). Ranks that are threads of this
+process are measured by its own coverage. On a machine of a pod, every machine's data is first
+sent to every other (`xlasim/ranks/pod_coverage.py`): each machine's report is the pod's.
 """
 
 from __future__ import annotations
@@ -18,9 +20,12 @@ from collections.abc import Generator
 import pytest
 
 from .session import backend_key, executor_key, is_active
+from .settings import resolve
+from .spmd_processes import workers_key
 
-#: How long the native backend's workers may take to end (saving their data) once told to stop.
-NATIVE_STOP_S = 30.0
+#: How long the native backend's and the SPMD workers may take to end (saving their data) once
+#: told to stop.
+STOP_S = 30.0
 
 
 @pytest.hookimpl(wrapper=True, trylast=True)
@@ -33,18 +38,33 @@ def pytest_runtestloop(session: pytest.Session) -> Generator[None, object, objec
 
 
 def _save_ranks_coverage(config: pytest.Config) -> None:
-    """Stop the ranks' worker processes (the emulated world's, the native backend's), which
-    write their coverage data as they stop, when coverage.py measures this session (nothing to
-    do, and nothing imported, otherwise). The test loop is over: a later launch starts them
-    afresh."""
+    """Stop the ranks' worker processes (the emulated world's, the native backend's, the SPMD
+    workers), which write their coverage data as they stop, when coverage.py measures this
+    session (nothing to do, and nothing imported, otherwise). The test loop is over: a later
+    launch starts them afresh."""
     from ..ranks import rank_coverage
 
     if rank_coverage.requested() is None:
         return
+    if workers_key in config.stash:  # the SPMD workers, in either backend
+        config.stash[workers_key].close(wait=STOP_S)
     if config.stash[backend_key] == "native":
         if executor_key in config.stash:
-            config.stash[executor_key].close(wait=NATIVE_STOP_S)
+            config.stash[executor_key].close(wait=STOP_S)
         return
     from ..ranks import warm_world
 
+    if resolve(config).pod is not None:  # every machine's report is the pod's
+        _share_across_machines()
     warm_world.close()
+
+
+def _share_across_machines() -> None:
+    """On a machine of a pod: what every machine measured, exchanged while the pod is joined
+    (`xlasim/ranks/pod_coverage.py`)."""
+    from .. import activation
+    from ..machines.settings import from_environment
+    from ..ranks import pod_coverage
+
+    bound = from_environment().join_timeout  # type: ignore[union-attr]
+    pod_coverage.share_across_machines(activation.world(), bound)

@@ -248,7 +248,13 @@ class _Child:
             "topology": None if topology is None else dataclasses.asdict(topology),
             "records": str(self._records),
         }
-        return {**os.environ, SESSION_ENV: json.dumps(session)}
+        from ..ranks import rank_coverage  # measured as this process is, if it is
+
+        return {
+            **os.environ,
+            SESSION_ENV: json.dumps(session),
+            **rank_coverage.startup_environment(),
+        }
 
     def _command(self) -> list[str]:
         config = self._config

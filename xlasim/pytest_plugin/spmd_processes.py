@@ -10,6 +10,7 @@ session `xr.use_spmd()` fails, naming the marker (`session.py`).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import pickle
@@ -130,14 +131,23 @@ class _Worker:
     def run(
         self, job: remote.Job, collect: Collect, timeout: float, name: str, trace: Path | None
     ) -> RankOutcome:
-        self.control.send(("job", job, collect, trace))
+        from ..ranks import rank_coverage
+
+        coverage = rank_coverage.requested(), os.getcwd()  # the worker measures as this does
+        self.control.send(("job", job, collect, trace, coverage))
         return self._receive(timeout, f"running {name}")
 
     @property
     def alive(self) -> bool:
         return self.process.is_alive()
 
-    def stop(self) -> None:
+    def stop(self, wait: float = 0.0) -> None:
+        """Kill the worker; with `wait`, first tell it to stop and give it that long (it
+        writes its coverage data as it stops)."""
+        if wait and self.process.is_alive():
+            with contextlib.suppress(OSError):
+                self.control.send(("stop",))
+            self.process.join(wait)
         if self.process.is_alive():
             self.process.kill()
         self.process.join(5)
@@ -187,9 +197,10 @@ class SpmdWorkers:
         collect = Collect(output=True, tee=live, render=render)
         return worker.run(job, collect, timeout_for(item), item.nodeid, trace)
 
-    def close(self) -> None:
+    def close(self, wait: float = 0.0) -> None:
+        """Stop every worker (`wait`: as `_Worker.stop`); the next SPMD test starts a new one."""
         for worker in self._workers.values():
-            worker.stop()
+            worker.stop(wait)
         self._workers.clear()
 
 

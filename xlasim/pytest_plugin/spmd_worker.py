@@ -49,7 +49,7 @@ def main(spec: SpmdSpec, control: Connection, flush_control: Connection) -> None
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the pytest process owns Ctrl-C
     from ..emulation import spmd
     from ..events import flushing, hooks
-    from ..ranks import launch_reset
+    from ..ranks import launch_reset, rank_coverage
     from ..reports import rank_output
 
     launch_reset.restore_environment(spec.environment)
@@ -64,7 +64,7 @@ def main(spec: SpmdSpec, control: Connection, flush_control: Connection) -> None
         settings.register_profile(name, chosen)
         settings.load_profile(name)
     rank_output.install()
-    flushing.serve(flush_control)
+    flushing.serve(flush_control, also=rank_coverage.save)  # a hung test's lines count too
     control.send(("ready", spmd.start_world(spec.topology, spec.devices)))
     while True:
         try:
@@ -72,9 +72,11 @@ def main(spec: SpmdSpec, control: Connection, flush_control: Connection) -> None
         except (EOFError, OSError):  # the pytest process is gone
             return
         if message[0] != "job":
+            rank_coverage.save()  # told to stop: what it measured, before its process ends
             return
         job: remote.Job = message[1]
         collect: Collect = message[2]
         hooks.follow(str(message[3]) if message[3] is not None else None)
+        rank_coverage.follow(*message[4])  # measured as the pytest process is, if it is
         outcome = call(0, 1, remote_rank.run_job, (job,), {}, collect)
         control.send(outcome.portable())

@@ -71,6 +71,14 @@ def requested() -> str | None:
     return _requested[1]
 
 
+def startup_environment() -> dict[str, str]:
+    """The variable that makes a Python interpreter this process starts measure itself as
+    this process is measured, through coverage.py's start-up hook (a child pytest session of
+    an SPMD test file), or nothing when coverage.py does not measure this process."""
+    config = requested()
+    return {} if config is None else {CONFIG_ENV: config}
+
+
 def for_workers(config: Any) -> str:
     """A coverage.py configuration as workers start with it: a copy with `parallel`, the
     `_exit` patch and `sigterm` on, serialized (file paths made absolute, from this process's

@@ -301,6 +301,11 @@ class World:
             raise run.abort_cause
         return outcomes
 
+    def flush_records(self) -> None:
+        """Have the ranks write out now what they recorded: events, coverage data (a pod's
+        machine before it sends its coverage data to the others, `pod_coverage.py`)."""
+        self._ranks.flush_records()
+
     def agree_across_machines(self, topic: str, text: str, timeout: float) -> dict[int, str]:
         """On a machine of a pod (docs/pods.md): what every other machine answers about `topic`
         when this one answers `text`, by machine; off a pod there are no others: `{}`.
