@@ -131,7 +131,7 @@ def test_pytest_cov_counts_the_spmd_worker(pytester: pytest.Pytester, project: P
     assert measured["spmd"] == measured["threads"]
 
 
-@pytest.mark.slow
+@pytest.mark.extended  # ~40 s; CI's coverage step runs the SPMD worker's test, not this one
 def test_pytest_cov_counts_an_spmd_files_child_session(
     pytester: pytest.Pytester, project: Path
 ) -> None:
