@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from .base.topology import Topology
     from .emulation.spmd import SpmdRefusedError
     from .emulation.world_of_one import OutsideWorldWarning
-    from .pytest_plugin.rank_fixtures import rank_fixture
+    from .pytest_plugin.per_rank.rank_fixtures import rank_fixture
     from .ranks.world import World
     from .reports.rank_outcome import Collect, RankOutcome
     from .tpu.memory import HostMemoryError, ResourceExhaustedError
@@ -66,7 +66,7 @@ _EXPORTS = {
     "SpmdRefusedError": "emulation.spmd",
     "OutsideWorldWarning": "emulation.world_of_one",
     "World": "ranks.world",
-    "rank_fixture": "pytest_plugin.rank_fixtures",
+    "rank_fixture": "pytest_plugin.per_rank.rank_fixtures",
     "ResourceExhaustedError": "tpu.memory",
     "HostMemoryError": "tpu.memory",
 }

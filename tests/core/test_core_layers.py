@@ -56,9 +56,9 @@ MUST_STAY_LAZY = {
     ("xlasim.base.rank_context", "torch_xla"),
     ("xlasim.cli", "xlasim.ranks.warm_world"),
     # Ranks' coverage: the world only when coverage.py measures the session (issue 33 item 3).
-    ("xlasim.pytest_plugin.coverage_combine", "xlasim.ranks.warm_world"),
+    ("xlasim.pytest_plugin.reporting.coverage_combine", "xlasim.ranks.warm_world"),
     # A rank's capfd asks its own process's device count, on the rank.
-    ("xlasim.pytest_plugin.rank_builtins", "torch_xla.runtime"),
+    ("xlasim.pytest_plugin.per_rank.rank_builtins", "torch_xla.runtime"),
     # Recording's wrappers: torch only once a launch is traced (docs/events.md).
     ("xlasim.events.hooks", "torch"),
     ("xlasim.events.hooks", "torch.distributed"),
@@ -77,13 +77,13 @@ MUST_STAY_LAZY = {
     ("xlasim.emulation.patches", "xlasim.tpu.arithmetic"),
     ("xlasim.reports.xla_counters", "torch_xla"),
     ("xlasim.reports.xla_counters", "torch_xla.debug.metrics"),
-    ("xlasim.pytest_plugin.handles", "torch"),
-    ("xlasim.pytest_plugin.handles", "torch_xla"),
-    ("xlasim.pytest_plugin.handles", "torch_xla.runtime"),
-    ("xlasim.pytest_plugin.hardware", "torch_xla._internal"),
-    ("xlasim.pytest_plugin.remote_rank", "xlasim.races.watch"),
-    ("xlasim.pytest_plugin.spmd_processes", "torch_xla.distributed.spmd"),
-    ("xlasim.pytest_plugin.spmd_processes", "xlasim.ranks.processes"),
+    ("xlasim.pytest_plugin.per_rank.handles", "torch"),
+    ("xlasim.pytest_plugin.per_rank.handles", "torch_xla"),
+    ("xlasim.pytest_plugin.per_rank.handles", "torch_xla.runtime"),
+    ("xlasim.pytest_plugin.backends.hardware", "torch_xla._internal"),
+    ("xlasim.pytest_plugin.remote.rank", "xlasim.races.watch"),
+    ("xlasim.pytest_plugin.spmd.processes", "torch_xla.distributed.spmd"),
+    ("xlasim.pytest_plugin.spmd.processes", "xlasim.ranks.processes"),
 }
 
 
