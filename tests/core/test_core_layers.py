@@ -17,6 +17,7 @@ on purpose; `MUST_STAY_LAZY` lists them and the test checks each still is.
 from __future__ import annotations
 
 import ast
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -163,6 +164,22 @@ def test_every_module_is_in_a_layer() -> None:
     assert len(MODULES) > 60  # the package was read
     for name in MODULES:
         layer(name)
+
+
+#: The most modules a folder of the package holds, its `__init__.py` counted (issue 36): a
+#: folder past it is split into subfolders by concern, as `pytest_plugin/` is.
+MOST_MODULES_IN_A_FOLDER = 15
+
+
+def test_no_folder_holds_more_than_15_modules() -> None:
+    counts = Counter(path.parent for path in MODULES.values())
+    assert counts[PACKAGE / "pytest_plugin" / "spmd"] > 1  # the folders were read
+    crowded = {
+        str(folder.relative_to(PACKAGE.parent)): count
+        for folder, count in counts.items()
+        if count > MOST_MODULES_IN_A_FOLDER
+    }
+    assert crowded == {}, f"folders of more than {MOST_MODULES_IN_A_FOLDER} modules: {crowded}"
 
 
 def test_imports_go_down_or_stay_in_their_layer() -> None:
