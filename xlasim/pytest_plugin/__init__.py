@@ -4,7 +4,8 @@ Registered through the `pytest11` entry point. Like pytest's own `_pytest` packa
 below is a plugin with one concern; this module only lists them so pytest registers them all
 when it loads the entry point (before any conftest.py is imported), each before the modules
 that import it. Loading them imports neither torch nor torch_xla: the plugin stays dormant
-until the session asks for XLA (see `backend_choice`).
+until the session asks for XLA (see `backends/choice`). The modules sit in subfolders by concern
+(`backends/`, `per_rank/`, `spmd/`, `remote/`, `options/`, `reporting/`: docs/architecture.md).
 """
 
 pytest_plugins = [

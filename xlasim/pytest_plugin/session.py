@@ -1,7 +1,7 @@
 """The plugin's session state as a library: whether it is active, its backend, its executor.
 
 Hook modules read the session through here (`is_active`, `executor`, `run_ranks`); the hooks
-that wake the plugin up and the backend's choice are in `backend_choice`. `activate` asks the
+that wake the plugin up and the backend's choice are in `backends/choice`. `activate` asks the
 `pytest_xlasim_choose_backend` hook (`hookspecs`) which backend runs the session, then sets
 an emulated slice up; `executor` makes the session's executor on first use.
 """

@@ -11,7 +11,7 @@ renamed into place, and directories are made with `exist_ok`; concurrent writers
 the same example twice under the same name. An in-memory database would be safe too, but would
 forget failures between runs, which is the point of having one.
 
-Loaded only when the session asks for XLA (see `backend_choice`); a session woken up by a collected
+Loaded only when the session asks for XLA (see `backends/choice`); a session woken up by a collected
 test loads it at the end of collection and gives it to the `@given` tests collected with
 Hypothesis' automatic profile. `--hypothesis-profile=NAME`, or a profile a conftest.py loaded,
 takes precedence. Hypothesis'

@@ -157,7 +157,7 @@ def _source(config: pytest.Config, option: str) -> Source:
 def asked_by(config: pytest.Config) -> str | None:
     """The first setting that asks for XLA (`--xla-devices=8`, `XLASIM_TOPOLOGY=v3-8`, `ini
     xla_backend=native`), or None: a session asks for XLA through any of them (or by
-    collecting a test that needs it, which `backend_choice` sees later)."""
+    collecting a test that needs it, which `backends/choice` sees later)."""
     for option in ENVIRONMENT_VARIABLES:
         source = _source(config, option)
         if source.raw is not None:

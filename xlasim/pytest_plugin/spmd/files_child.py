@@ -1,4 +1,4 @@
-"""The child side of `spmd_files`: a pytest session that is an SPMD world, reporting back.
+"""The child side of `spmd/files`: a pytest session that is an SPMD world, reporting back.
 
 Loaded with `-p` (and the xlasim plugin itself turned off) in the child session the parent
 starts for one SPMD test file. Before any conftest is imported the process becomes an SPMD

@@ -2,7 +2,7 @@
 
 `xr.use_spmd()` is process-wide and cannot be undone, so an SPMD test cannot run in the pytest
 process (later tests would run in SPMD mode; on the threads mode the ranks are this process)
-nor on a rank. It runs in the session's SPMD worker (`spmd_worker`): a process of its own,
+nor on a rank. It runs in the session's SPMD worker (`spmd/worker`): a process of its own,
 started on the first SPMD test and kept warm for the next, with SPMD on and every device of the
 slice visible, identity included. One worker per device count (`devices=N` gives a world of N);
 a test that crashes the worker or outlives its timeout gets a failure naming that, and the next
