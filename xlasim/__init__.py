@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from .base.topology import Topology as Topology
     from .emulation.spmd import SpmdRefusedError as SpmdRefusedError
     from .emulation.world_of_one import OutsideWorldWarning as OutsideWorldWarning
-    from .pytest_plugin.rank_fixtures import rank_fixture as rank_fixture
+    from .pytest_plugin.per_rank.rank_fixtures import rank_fixture as rank_fixture
     from .ranks.world import World as World
     from .reports.rank_outcome import Collect as Collect
     from .reports.rank_outcome import RankOutcome as RankOutcome
@@ -71,7 +71,7 @@ _EXPORTS = {
     "SpmdRefusedError": "emulation.spmd",
     "OutsideWorldWarning": "emulation.world_of_one",
     "World": "ranks.world",
-    "rank_fixture": "pytest_plugin.rank_fixtures",
+    "rank_fixture": "pytest_plugin.per_rank.rank_fixtures",
     "ResourceExhaustedError": "tpu.memory",
     "HostMemoryError": "tpu.memory",
 }

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,9 +59,9 @@ MUST_STAY_LAZY = {
     ("xlasim.base.rank_context", "torch_xla"),
     ("xlasim.cli", "xlasim.ranks.warm_world"),
     # Ranks' coverage: the world only when coverage.py measures the session (issue 33 item 3).
-    ("xlasim.pytest_plugin.coverage_combine", "xlasim.ranks.warm_world"),
+    ("xlasim.pytest_plugin.reporting.coverage_combine", "xlasim.ranks.warm_world"),
     # A rank's capfd asks its own process's device count, on the rank.
-    ("xlasim.pytest_plugin.rank_builtins", "torch_xla.runtime"),
+    ("xlasim.pytest_plugin.per_rank.rank_builtins", "torch_xla.runtime"),
     # Recording's wrappers: torch only once a launch is traced (docs/events.md).
     ("xlasim.events.hooks", "torch"),
     ("xlasim.events.hooks", "torch.distributed"),
@@ -79,13 +80,13 @@ MUST_STAY_LAZY = {
     ("xlasim.emulation.patches", "xlasim.tpu.arithmetic"),
     ("xlasim.reports.xla_counters", "torch_xla"),
     ("xlasim.reports.xla_counters", "torch_xla.debug.metrics"),
-    ("xlasim.pytest_plugin.handles", "torch"),
-    ("xlasim.pytest_plugin.handles", "torch_xla"),
-    ("xlasim.pytest_plugin.handles", "torch_xla.runtime"),
-    ("xlasim.pytest_plugin.hardware", "torch_xla._internal"),
-    ("xlasim.pytest_plugin.remote_rank", "xlasim.races.watch"),
-    ("xlasim.pytest_plugin.spmd_processes", "torch_xla.distributed.spmd"),
-    ("xlasim.pytest_plugin.spmd_processes", "xlasim.ranks.processes"),
+    ("xlasim.pytest_plugin.per_rank.handles", "torch"),
+    ("xlasim.pytest_plugin.per_rank.handles", "torch_xla"),
+    ("xlasim.pytest_plugin.per_rank.handles", "torch_xla.runtime"),
+    ("xlasim.pytest_plugin.backends.hardware", "torch_xla._internal"),
+    ("xlasim.pytest_plugin.remote.rank", "xlasim.races.watch"),
+    ("xlasim.pytest_plugin.spmd.processes", "torch_xla.distributed.spmd"),
+    ("xlasim.pytest_plugin.spmd.processes", "xlasim.ranks.processes"),
 }
 
 
@@ -175,6 +176,22 @@ def test_every_module_is_in_a_layer() -> None:
     assert len(MODULES) > 60  # the package was read
     for name in MODULES:
         layer(name)
+
+
+#: The most modules a folder of the package holds, its `__init__.py` counted (issue 36): a
+#: folder past it is split into subfolders by concern, as `pytest_plugin/` is.
+MOST_MODULES_IN_A_FOLDER = 15
+
+
+def test_no_folder_holds_more_than_15_modules() -> None:
+    counts = Counter(path.parent for path in MODULES.values())
+    assert counts[PACKAGE / "pytest_plugin" / "spmd"] > 1  # the folders were read
+    crowded = {
+        str(folder.relative_to(PACKAGE.parent)): count
+        for folder, count in counts.items()
+        if count > MOST_MODULES_IN_A_FOLDER
+    }
+    assert crowded == {}, f"folders of more than {MOST_MODULES_IN_A_FOLDER} modules: {crowded}"
 
 
 def test_imports_go_down_or_stay_in_their_layer() -> None:

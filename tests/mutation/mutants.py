@@ -136,14 +136,14 @@ MUTANTS = (
     mutant(
         "settle-picks-the-wrong-rank",
         "a test whose ranks fail differently reports the highest failing rank's exception",
-        "xlasim/pytest_plugin/outcomes.py",
+        "xlasim/pytest_plugin/reporting/outcomes.py",
         "        raise failing[0].error  # type: ignore[misc]",
         "        raise failing[-1].error  # type: ignore[misc]",
     ),
     mutant(
         "inconsistent-skips-accepted",
         "a skip taken by some ranks only is reported as the test's skip (a TPU slice would hang)",
-        "xlasim/pytest_plugin/outcomes.py",
+        "xlasim/pytest_plugin/reporting/outcomes.py",
         "    if len(left) == len(outcomes) and len(kinds) == 1:",
         "    if len(kinds) == 1:",
     ),

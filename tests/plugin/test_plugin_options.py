@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from xlasim.pytest_plugin.settings import PodOptions, resolve
+from xlasim.pytest_plugin.options.settings import PodOptions, resolve
 
 
 class FakeConfig:

@@ -12,7 +12,7 @@ import pytest
 from _pytest.outcomes import Skipped, XFailed
 
 from xlasim import RankOutcome, WorldAbortedError
-from xlasim.pytest_plugin.outcomes import InconsistentOutcomeError, settle
+from xlasim.pytest_plugin.reporting.outcomes import InconsistentOutcomeError, settle
 
 SIZE = 4
 

@@ -120,7 +120,7 @@ def test_only_a_call_of_use_spmd_makes_an_spmd_file(tmp_path) -> None:
     hands to another process to run (torch_xla's test_persistent_cache.py submits its SPMD
     programs to a ProcessPoolExecutor) makes that process SPMD, not this one; the same
     function called by the file does."""
-    from xlasim.pytest_plugin.spmd_files import turns_spmd_on
+    from xlasim.pytest_plugin.spmd.files import turns_spmd_on
 
     (tmp_path / "spmd_base.py").write_text(BASE)
     files = {

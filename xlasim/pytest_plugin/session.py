@@ -1,7 +1,7 @@
 """The plugin's session state as a library: whether it is active, its backend, its executor.
 
 Hook modules read the session through here (`is_active`, `executor`, `run_ranks`); the hooks
-that wake the plugin up and the backend's choice are in `backend_choice`. `activate` asks the
+that wake the plugin up and the backend's choice are in `backends/choice`. `activate` asks the
 `pytest_xlasim_choose_backend` hook (`hookspecs`) which backend runs the session, then sets
 an emulated slice up; `executor` makes the session's executor on first use.
 """
@@ -25,14 +25,14 @@ from ..events.recorder import TRACE_ENV
 from ..races import interleavings
 from ..races.settings import SCHEDULE_ENV
 from ..traces.session import PLOT_FILE, TraceFiles
-from . import progress
-from .settings import BACKENDS, resolve
+from .options.settings import BACKENDS, resolve
+from .reporting import progress
 
 if TYPE_CHECKING:
     from ..base.topology import Topology
     from ..races.explore import Coverage
-    from .executor import Executor
-    from .outcomes import RankOutcome
+    from .backends.protocol import Executor
+    from .reporting.outcomes import RankOutcome
 
 #: The backend of an active session; absent while the plugin is dormant.
 backend_key = pytest.StashKey[str]()
@@ -185,12 +185,12 @@ def executor(config: pytest.Config) -> Executor:
         activate(config)
     if executor_key not in config.stash:
         if config.stash[backend_key] == "emulated":
-            from .emulated import EmulatedExecutor
+            from .backends.emulated import EmulatedExecutor
 
             config.stash[executor_key] = EmulatedExecutor()
             config.add_cleanup(config.stash[executor_key].close)
         else:
-            from .native import NativeExecutor
+            from .backends.native import NativeExecutor
 
             config.stash[executor_key] = NativeExecutor(resolve(config))
             config.add_cleanup(config.stash[executor_key].close)
@@ -210,9 +210,9 @@ def run_ranks(
     """Run on the session's executor. Ranks' output is shown live under `pytest -s`; otherwise
     the output of ranks that did not fail is handed to pytest's capture, tagged by rank.
     `item` is the running test: ranks in other processes render their failures as it would."""
-    from .outcomes import replay_output
-    from .rank_debugging import on_ranks
-    from .remote import FailureStyle
+    from .per_rank.rank_debugging import on_ranks
+    from .remote.jobs import FailureStyle
+    from .reporting.outcomes import replay_output
 
     live = config.getoption("capture") == "no"
     fn = on_ranks(config, item, fn)  # under --pdb, a post-mortem in the rank that fails

@@ -18,7 +18,7 @@ session is answered with end-of-file, and the serving thread raises what the ter
 
 How the terminal is shown is a `Terminal`: `PlainTerminal` (stdin and stdout of this
 process: `xlasim run`), or the pytest plugin's, which suspends pytest's capture as pytest's own
-debugger does (`xlasim/pytest_plugin/debugging.py`).
+debugger does (`xlasim/pytest_plugin/per_rank/debugging.py`).
 """
 
 from __future__ import annotations
