@@ -208,7 +208,7 @@ def _events(directory: Path) -> int:
 def _write_seconds(directory: Path) -> float:
     """The CPU time writing a trace directory's files takes this process (the least of
     `WRITES`: CPU time leaves out waiting for the machine, not the caches others evict)."""
-    from xlasim.traces import session
+    from xlasim.trace_files import session
 
     times = []
     for _ in range(WRITES):

@@ -125,7 +125,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("target", help="the script (or module, with -m) to run")
     run.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
     commands.add_parser("topologies", help="list the named slices --topology accepts")
-    from .traces.cli import add_arguments as add_trace_arguments
+    from .trace_files.cli import add_arguments as add_trace_arguments
 
     add_trace_arguments(commands.add_parser("trace", help="compare and draw recorded traces"))
     from .conformance import add_arguments
@@ -249,7 +249,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return run_huggingface(options)
     if options.command == "trace":
-        from .traces.cli import run_trace
+        from .trace_files.cli import run_trace
 
         return run_trace(options)
     if options.trace is not None:

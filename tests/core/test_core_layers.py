@@ -34,7 +34,7 @@ PACKAGE = Path(xlasim.__file__).parent
 #: docs/architecture.md, "Where new subsystems go").
 LAYERS: list[tuple[str, ...]] = [
     ("base",),
-    ("reports", "events", "traces"),
+    ("reports", "events", "trace_files"),
     ("tpu", "compilation"),
     ("emulation", "races"),
     ("ranks", "machines"),

@@ -20,7 +20,7 @@ import torch_xla.distributed.xla_multiprocessing as xmp
 import xlasim
 from xlasim.reports.frames import PACKAGE_DIR
 from xlasim.reports.hang_report import rank_span
-from xlasim.traces import canonical
+from xlasim.trace_files import canonical
 
 
 def in_base(rank: int) -> None:

@@ -1,11 +1,11 @@
 """Mutants of the trace files people read: collectives.txt's canonical text, its parse and
-`xlasim trace diff`'s first divergence, trace.json's arrows: xlasim/traces/."""
+`xlasim trace diff`'s first divergence, trace.json's arrows: xlasim/trace_files/."""
 
 from __future__ import annotations
 
 from mutant import mutant
 
-CANONICAL = "xlasim/traces/canonical.py"
+CANONICAL = "xlasim/trace_files/canonical.py"
 TRACES_TESTS = ("tests/traces",)
 
 TRACES_MUTANTS = (
@@ -52,7 +52,7 @@ TRACES_MUTANTS = (
     mutant(
         "traces-arrow-joins-the-whole-world",
         "trace.json's arrows join collectives recorded without a group too",
-        "xlasim/traces/timeline.py",
+        "xlasim/trace_files/timeline.py",
         "            if collective.group:\n                found[collective.key].append(collective)",
         "            if True:\n                found[collective.key].append(collective)",
         TRACES_TESTS,

@@ -4,8 +4,8 @@ in how calls ended, and runs differing only in how a call ended still differ. Pu
 
 from __future__ import annotations
 
-from xlasim.traces import canonical
-from xlasim.traces.timeline import Collective
+from xlasim.trace_files import canonical
+from xlasim.trace_files.timeline import Collective
 
 HEAD = canonical.HEADER + "\nrank 0\n"
 

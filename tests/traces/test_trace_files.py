@@ -17,7 +17,7 @@ from fixtures import ci, race_catalogue, traced_programs
 from xlasim.base.errors import CollectiveTimeoutError
 from xlasim.events import model, recorder
 from xlasim.races import RaceError, detecting
-from xlasim.traces import canonical, plot, session, timeline
+from xlasim.trace_files import canonical, plot, session, timeline
 
 
 @pytest.fixture(params=["threads", "isolated"])

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from fixtures import traced_programs
 from xlasim.events import model
-from xlasim.traces import canonical
+from xlasim.trace_files import canonical
 
 WORLD = 4
 GROUPINGS = (None, [[0, 1], [2, 3]], [[0, 2], [1, 3]], [[0], [1], [2], [3]], [[0, 1, 2, 3]])

@@ -24,7 +24,7 @@ from ..base.errors import RuntimeAlreadyStartedError, XlasimError
 from ..events.recorder import TRACE_ENV
 from ..races import interleavings
 from ..races.settings import SCHEDULE_ENV
-from ..traces.session import PLOT_FILE, TraceFiles
+from ..trace_files.session import PLOT_FILE, TraceFiles
 from .options.settings import BACKENDS, resolve
 from .reporting import progress
 

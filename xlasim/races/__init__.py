@@ -38,7 +38,7 @@ from .syncs import SyncLog
 
 if TYPE_CHECKING:
     from ..reports.rank_outcome import RankOutcome
-    from ..traces.session import TraceFiles
+    from ..trace_files.session import TraceFiles
 
 
 def found(syncs: SyncLog, outcomes: Sequence[RankOutcome]) -> list[Race]:

@@ -34,7 +34,7 @@ from ..machines import settings as pod
 from ..reports import rank_debugger, rank_output
 from ..reports.hang_report import RankReporter, rank_span
 from ..reports.rank_outcome import RESULT_ONLY, Collect, RankOutcome
-from ..traces import session as traces
+from ..trace_files import session as traces
 from . import launch_reset
 from .threads import ThreadRanks
 

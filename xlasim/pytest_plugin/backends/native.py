@@ -35,7 +35,7 @@ from ...ranks import rank_coverage
 from ...reports.debugger_desk import Desk, Request
 from ...reports.frames import PACKAGE_DIR
 from ...reports.rank_outcome import RankOutcome
-from ...traces import session as traces
+from ...trace_files import session as traces
 from ..options.settings import Settings
 from ..remote.jobs import FailureStyle, pack
 from ..reporting.session_counts import SessionCounts

@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from ...traces import session as traces
+from ...trace_files import session as traces
 from ..options.world_sizes import world_size
 from ..reporting.outcomes import settle
 from ..session import executor, name_trace, traced
