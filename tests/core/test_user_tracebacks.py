@@ -31,8 +31,8 @@ def in_reports(rank: int) -> None:
     rank_span([])  # IndexError, raised in reports/hang_report.py
 
 
-def in_traces(rank: int) -> None:
-    canonical.parse("all_reduce")  # ValueError: no `rank N` line, raised in traces/canonical.py
+def in_trace_files(rank: int) -> None:
+    canonical.parse("all_reduce")  # ValueError (no `rank N` line) in trace_files/canonical.py
 
 
 def in_tpu(rank: int) -> None:
@@ -64,7 +64,7 @@ def raised_in(error: BaseException) -> Path:
     [
         (in_base, "base", "xlasim.Topology(devices=0)"),
         (in_reports, "reports", "rank_span([])"),
-        (in_traces, "traces", 'canonical.parse("all_reduce")'),
+        (in_trace_files, "trace_files", 'canonical.parse("all_reduce")'),
         (in_tpu, "tpu", 'xlasim.emulate(arithmetic="bf16")'),
         (in_emulation, "emulation", 'xm.all_reduce("bogus"'),
         (in_ranks, "ranks", "xmp.spawn(print)"),
