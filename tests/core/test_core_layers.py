@@ -84,7 +84,7 @@ MUST_STAY_LAZY = {
     ("xlasim.pytest_plugin.per_rank.handles", "torch_xla"),
     ("xlasim.pytest_plugin.per_rank.handles", "torch_xla.runtime"),
     ("xlasim.pytest_plugin.backends.hardware", "torch_xla._internal"),
-    ("xlasim.pytest_plugin.remote.rank", "xlasim.races.watch"),
+    ("xlasim.pytest_plugin.remote.rank_side", "xlasim.races.watch"),
     ("xlasim.pytest_plugin.spmd.processes", "torch_xla.distributed.spmd"),
     ("xlasim.pytest_plugin.spmd.processes", "xlasim.ranks.processes"),
 }

@@ -40,7 +40,7 @@ Kernel = Callable[[list[torch.Tensor], Args], list[torch.Tensor]]
 
 
 @dataclass(frozen=True)
-class Collective:
+class CollectiveRecord:
     """One `xm` collective: everything the emulation knows of it, by its torch_xla name.
 
     Args:
@@ -106,7 +106,7 @@ def _all_reduce_traced(reduce_type: str, inputs: Tensors, scale: float, groups: 
     return inputs
 
 
-ALL_REDUCE = Collective(
+ALL_REDUCE = CollectiveRecord(
     "all_reduce",
     eager=collectives.all_reduce,
     combine=combining.reduce_each,
@@ -125,7 +125,7 @@ def _all_gather_traced(value: Tensors, dim: int, groups: Any, output: Tensors | 
     return deliver(call("all_gather", tensors, dim=dim, groups=groups), output, single)
 
 
-ALL_GATHER = Collective(
+ALL_GATHER = CollectiveRecord(
     "all_gather",
     eager=collectives.all_gather,
     combine=combining.concat_each,
@@ -166,7 +166,7 @@ def _reduce_scatter_traced(
     return deliver(results, output, single)
 
 
-REDUCE_SCATTER = Collective(
+REDUCE_SCATTER = CollectiveRecord(
     "reduce_scatter",
     eager=collectives.reduce_scatter,
     combine=combining.reduce_then_split,
@@ -206,7 +206,7 @@ def _all_to_all_shapes(shapes: list[Shape], args: Args) -> list[Shape]:
     return [_resized(s, args["concat_dimension"], count) for s in split]
 
 
-ALL_TO_ALL = Collective(
+ALL_TO_ALL = CollectiveRecord(
     "all_to_all",
     eager=collectives.all_to_all,
     combine=combining.exchange_pieces,
@@ -228,7 +228,7 @@ def _collective_permute_traced(value: torch.Tensor, pairs: Any) -> torch.Tensor:
     return call("collective_permute", [value], pairs=pairs)[0]
 
 
-COLLECTIVE_PERMUTE = Collective(
+COLLECTIVE_PERMUTE = CollectiveRecord(
     "collective_permute",
     eager=collectives.collective_permute,
     combine=combining.permute,
@@ -254,7 +254,7 @@ def _broadcast_kernel(tensors: list[torch.Tensor], args: Args) -> list[torch.Ten
     return tensors
 
 
-COLLECTIVE_BROADCAST = Collective(
+COLLECTIVE_BROADCAST = CollectiveRecord(
     "collective_broadcast",
     eager=collectives.collective_broadcast,
     combine=combining.from_root,
@@ -265,15 +265,15 @@ COLLECTIVE_BROADCAST = Collective(
 
 # ------------------------------------------------------------------------------ between graphs
 
-SEND = Collective("send", eager=collectives.send, combine=None, xlac=("_xla_send",))
-RECV = Collective("recv", eager=collectives.recv, combine=None, xlac=("_xla_recv",))
-XLA_RENDEZVOUS = Collective("xla_rendezvous", eager=collectives.xla_rendezvous, combine=None)
-RENDEZVOUS = Collective("rendezvous", eager=collectives.rendezvous, combine=None)
+SEND = CollectiveRecord("send", eager=collectives.send, combine=None, xlac=("_xla_send",))
+RECV = CollectiveRecord("recv", eager=collectives.recv, combine=None, xlac=("_xla_recv",))
+XLA_RENDEZVOUS = CollectiveRecord("xla_rendezvous", eager=collectives.xla_rendezvous, combine=None)
+RENDEZVOUS = CollectiveRecord("rendezvous", eager=collectives.rendezvous, combine=None)
 
 # ------------------------------------------------------------------------------ the registry
 
 #: Every emulated collective by name, in `base/collective_names.py`'s order.
-REGISTRY: dict[str, Collective] = {
+REGISTRY: dict[str, CollectiveRecord] = {
     c.name: c
     for c in (
         ALL_REDUCE,

@@ -257,7 +257,7 @@ class Registration:
     fill: Callable[[torch.library.Library], None]
 
 
-class Registrations(MutableMapping):
+class TorchLibraries(MutableMapping):
     """torch.library registrations by name, so that patches.py installs them like attributes:
     setting a name registers a `Registration` in a library of its own; setting it again
     replaces it (the old library is destroyed, which restores the kernels it overrode)."""
@@ -291,7 +291,7 @@ class Registrations(MutableMapping):
         return len(self._libraries)
 
 
-registrations = Registrations()
+registrations = TorchLibraries()
 
 
 def patches() -> list[tuple[Any, str, Any]]:

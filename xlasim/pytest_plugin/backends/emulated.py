@@ -5,8 +5,8 @@ and failure rendering included; this backend only chooses what the ranks run. In
 mode they run the test's own function objects, and failures are rendered here, from their
 frames. In a multi-process topology (`--xla-processes`, `--xla-hosts`, `--xla-topology`) they
 live in the world's worker processes: the function and its arguments are pickled once
-(`remote.pack`), each rank runs `remote_rank.run_job`, which imports the test module from its
-path in the worker, and renders its failure there (`remote_rank.render_failure`); the XLA
+(`remote.pack`), each rank runs `rank_side.run_job`, which imports the test module from its
+path in the worker, and renders its failure there (`rank_side.render_failure`); the XLA
 counters each
 worker process added come back on the outcomes and join the session's counts.
 """
@@ -20,7 +20,7 @@ from typing import Any
 from ... import activation
 from ...reports.rank_outcome import Collect, RankOutcome
 from ..remote import jobs as remote
-from ..remote import rank as remote_rank
+from ..remote import rank_side
 from ..reporting.session_counts import SessionCounts
 
 
@@ -67,8 +67,8 @@ class EmulatedExecutor:
                 where=f"this session's ranks live in worker processes ({topology.describe()})",
                 style=style,
             )
-            body, args, kwargs = functools.partial(remote_rank.run_job, job), (), {}
-            render = functools.partial(remote_rank.render_failure, style)
+            body, args, kwargs = functools.partial(rank_side.run_job, job), (), {}
+            render = functools.partial(rank_side.render_failure, style)
             collect = Collect(output=True, tee=tee, metrics=True, render=render)
         outcomes = activation.world().run_outcomes(
             body, args, kwargs, size=size, timeout=timeout, pass_rank=False, collect=collect

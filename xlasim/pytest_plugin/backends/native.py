@@ -48,7 +48,7 @@ START_TIMEOUT_S = 180.0
 STACK_GRACE_S = 1.0
 
 
-class _Workers:
+class _SpawnedWorkers:
     """One generation of spawned workers: their connections, pids and the thread in spawn."""
 
     def __init__(self, size: int):
@@ -157,7 +157,7 @@ class NativeExecutor:
                 f"xlasim: --xla-devices={settings.devices}, but the native backend found "
                 f"{self._size} {self._platform} device(s) on this host"
             )
-        self._workers: _Workers | None = None
+        self._workers: _SpawnedWorkers | None = None
         #: Only the workers' counters: reading this process's would start XLA in it.
         self.counts = SessionCounts(this_process=False)
 
@@ -171,7 +171,7 @@ class NativeExecutor:
     def start(self) -> None:
         """Spawn the workers now, before a test can start the runtime in this process."""
         if self._workers is None:
-            self._workers = _Workers(self._size)
+            self._workers = _SpawnedWorkers(self._size)
 
     def run_ranks(
         self,
@@ -211,7 +211,7 @@ class NativeExecutor:
                 sys.stderr.write(o.stderr)
         return outcomes
 
-    def _collect(self, workers: _Workers, size: int, timeout: float) -> list[RankOutcome]:
+    def _collect(self, workers: _SpawnedWorkers, size: int, timeout: float) -> list[RankOutcome]:
         """Every rank's outcome, as its worker sent it; the ranks' debugger requests, which
         come on the same connections, are served at this process's terminal meanwhile, and
         the bound stands still while a rank is in a debugger (docs/debugging.md)."""
@@ -244,7 +244,7 @@ class NativeExecutor:
             workers.kill()
         return [replies[rank] for rank in range(size)]
 
-    def _restart_after(self, workers: _Workers, late: list[int], timeout: float) -> None:
+    def _restart_after(self, workers: _SpawnedWorkers, late: list[int], timeout: float) -> None:
         flushing.request(workers.flush_conns)  # what hung ranks recorded, before the kill
         stacks = workers.stacks()
         workers.kill()

@@ -2,7 +2,7 @@
 
 Each spawned rank connects back to the pytest process and serves jobs until told to stop, so
 the workers (and their XLA runtime and compilation cache) stay warm across tests. A job is a
-`remote.Job`: the worker puts the parent's `sys.path` in place, runs it (`remote_rank.run_job`:
+`remote.RemoteJob`: the worker puts the parent's `sys.path` in place, runs it (`rank_side.run_job`:
 test modules imported the way pytest did, from their paths, asserts rewritten) and replies
 with the rank's `RankOutcome`, made by the core as for emulated ranks: result or error and
 traceback, output, failure rendered as pytest would have, and the XLA counters it added. A rank
@@ -26,7 +26,7 @@ from ...reports import rank_debugger, rank_outcome, rank_output, xla_counters
 from ...reports.debugger_desk import Request
 from ...reports.rank_outcome import Collect, RankOutcome
 from ..remote import jobs as remote
-from ..remote import rank as remote_rank
+from ..remote import rank_side
 
 STACK_SIGNAL = signal.SIGUSR1
 #: What a process's flush connection says first (a rank's says its index and pid).
@@ -66,21 +66,21 @@ def _run_job(
     index: int,
     size: int,
     sys_path: list[str],
-    job: remote.Job,
+    job: remote.RemoteJob,
     trace: Path | None,
     coverage: str | None,
     cwd: str,
 ) -> RankOutcome:
     before = xla_counters.counts()
-    with remote_rank.process_lock:  # a worker process serves one rank per device thread on CPU
+    with rank_side.process_lock:  # a worker process serves one rank per device thread on CPU
         sys.path[:] = sys_path
         hooks.follow(str(trace) if trace is not None else None)
         rank_coverage.follow(coverage, cwd)  # measured as the pytest process is, if it is
         rank_coverage.trace_this_thread()  # a device thread that started before it
-    collect = Collect(output=True, render=functools.partial(remote_rank.render_failure, job.style))
+    collect = Collect(output=True, render=functools.partial(rank_side.render_failure, job.style))
     rank_debugger.bind(DebugChannel(conn, index, size))
     try:
-        ended = rank_outcome.call(index, size, remote_rank.run_job, (job,), {}, collect)
+        ended = rank_outcome.call(index, size, rank_side.run_job, (job,), {}, collect)
     finally:
         rank_debugger.bind(None)
     ended.metrics = xla_counters.growth(before)
@@ -89,7 +89,7 @@ def _run_job(
 
 def serve(index: int, address: str, authkey: bytes, stack_dir: str) -> None:
     """The function `xmp.spawn` runs on every rank: serve jobs until the parent says stop."""
-    with remote_rank.process_lock:
+    with rank_side.process_lock:
         _setup_process(address, authkey, stack_dir)
     with Client(address, authkey=authkey) as conn:
         conn.send((index, os.getpid()))

@@ -3,13 +3,13 @@ process's end.
 
 Ranks live outside the pytest process in three cases: the worker processes of a multi-process
 emulated topology (`--xla-processes`), the native backend's `xmp.spawn` workers, and the SPMD
-worker. All run a `Job`, and answer with the core's `RankOutcome` (made by
+worker. All run a `RemoteJob`, and answer with the core's `RankOutcome` (made by
 `xlasim.reports.rank_outcome.call` where the rank ran). This module is what runs in the pytest process:
 `pack` pickles `(fn, args, kwargs)` once (fixture values resolved in the parent; a clear error
 when something does not pickle) and lists the modules the pickle refers to that a worker cannot
 import by name: test modules and conftests, which pytest imported from their paths (under names
 that depend on rootdir and import mode) with their asserts rewritten. What runs in the rank's
-process is `remote_rank.py`.
+process is `remote/rank_side.py`.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ class FailureStyle:
 
 
 @dataclass(frozen=True)
-class Job:
+class RemoteJob:
     """What a remote rank runs: pickled `(fn, args, kwargs)` and the modules to import first."""
 
     data: bytes
@@ -111,7 +111,7 @@ def pack(
     *,
     where: str,
     style: FailureStyle,
-) -> Job:
+) -> RemoteJob:
     """Pickle a job for ranks in other processes; `NotPicklableError` says what did not pickle."""
     buffer = io.BytesIO()
     pickler = _RecordingPickler(buffer)
@@ -129,7 +129,7 @@ def pack(
             f"on a TPU VM; {name}{hint}: {type(error).__name__}: {error}",
             error,
         ) from error
-    return Job(buffer.getvalue(), _modules_to_import(pickler.modules), style)
+    return RemoteJob(buffer.getvalue(), _modules_to_import(pickler.modules), style)
 
 
 def _modules_to_import(names: set[str]) -> tuple[tuple[str, str, bool], ...]:

@@ -28,7 +28,7 @@ from ...events import flushing
 from ...reports.rank_outcome import Collect, RankOutcome
 from ..options.timeouts import timeout_for
 from ..remote import jobs as remote
-from ..remote import rank as remote_rank
+from ..remote import rank_side
 from ..session import backend_key, executor
 
 if TYPE_CHECKING:
@@ -76,7 +76,7 @@ def _hypothesis_profile() -> tuple[str, Any] | None:
     return settings.get_current_profile_name(), chosen
 
 
-class _Worker:
+class _WorkerProcess:
     """One SPMD worker process and the pipe it is driven through."""
 
     def __init__(self, devices: int, topology: Topology | None):
@@ -130,7 +130,7 @@ class _Worker:
             )
 
     def run(
-        self, job: remote.Job, collect: Collect, timeout: float, name: str, trace: Path | None
+        self, job: remote.RemoteJob, collect: Collect, timeout: float, name: str, trace: Path | None
     ) -> RankOutcome:
         from ...ranks import rank_coverage
 
@@ -161,7 +161,7 @@ class SpmdWorkers:
 
     def __init__(self, topology: Topology | None):
         self._topology = topology
-        self._workers: dict[int, _Worker] = {}
+        self._workers: dict[int, _WorkerProcess] = {}
 
     def _identity_of(self, devices: int) -> Topology | None:
         """The slice an SPMD world of `devices` stands for: the session's, or a one-host
@@ -184,7 +184,7 @@ class SpmdWorkers:
         `trace` when given; a dead or stopped worker is replaced before the next test."""
         worker = self._workers.get(devices)
         if worker is None or not worker.alive:
-            worker = self._workers[devices] = _Worker(devices, self._identity_of(devices))
+            worker = self._workers[devices] = _WorkerProcess(devices, self._identity_of(devices))
         style = remote.FailureStyle.of(item)
         job = remote.pack(
             call_spmd_test,
@@ -194,12 +194,12 @@ class SpmdWorkers:
             style=style,
         )
         live = item.config.getoption("capture") == "no"
-        render = functools.partial(remote_rank.render_failure, style)
+        render = functools.partial(rank_side.render_failure, style)
         collect = Collect(output=True, tee=live, render=render)
         return worker.run(job, collect, timeout_for(item), item.nodeid, trace)
 
     def close(self, wait: float = 0.0) -> None:
-        """Stop every worker (`wait`: as `_Worker.stop`); the next SPMD test starts a new one."""
+        """Stop every worker (`wait`: as `_WorkerProcess.stop`); the next SPMD test starts a new one."""
         for worker in self._workers.values():
             worker.stop(wait)
         self._workers.clear()
@@ -237,7 +237,7 @@ class FunctionReference:
         return cls((module.__name__, str(item.path), rewritten), item.originalname)
 
     def load(self) -> Callable[..., Any]:
-        remote_rank.import_modules([self.module])
+        rank_side.import_modules([self.module])
         return getattr(sys.modules[self.module[0]], self.name)
 
 

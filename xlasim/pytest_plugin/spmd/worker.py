@@ -5,7 +5,7 @@ pytest process or in a rank's process: they run here, one at a time. The process
 from the zygote the isolated rank workers come from (torch and torch_xla imported, no XLA
 runtime started), takes the pytest process's environment and import path, gives its XLA CPU
 client every device of the slice (`CPU_NUM_DEVICES`), puts on the slice's TPU identity
-(`xlasim.emulation.queries`), turns SPMD on, and then serves tests: each arrives as a `remote.Job` (the
+(`xlasim.emulation.queries`), turns SPMD on, and then serves tests: each arrives as a `remote.RemoteJob` (the
 test function and its fixture values, pickled in the parent) and leaves as the core's
 `RankOutcome`, failure rendered here as pytest renders it. `@given` tests draw here, under
 the session's Hypothesis profile. Natively it keeps the environment
@@ -24,7 +24,7 @@ from typing import Any
 from ...base.topology import Topology
 from ...reports.rank_outcome import Collect, call
 from ..remote import jobs as remote
-from ..remote import rank as remote_rank
+from ..remote import rank_side
 
 
 @dataclass(frozen=True)
@@ -75,9 +75,9 @@ def main(spec: SpmdSpec, control: Connection, flush_control: Connection) -> None
         if message[0] != "job":
             rank_coverage.save()  # told to stop: what it measured, before its process ends
             return
-        job: remote.Job = message[1]
+        job: remote.RemoteJob = message[1]
         collect: Collect = message[2]
         hooks.follow(str(message[3]) if message[3] is not None else None)
         rank_coverage.follow(*message[4])  # measured as the pytest process is, if it is
-        outcome = call(0, 1, remote_rank.run_job, (job,), {}, collect)
+        outcome = call(0, 1, rank_side.run_job, (job,), {}, collect)
         control.send(outcome.portable())

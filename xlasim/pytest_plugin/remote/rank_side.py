@@ -1,7 +1,7 @@
 """Test bodies and `xla_world.run` functions that run in other processes: the rank's end.
 
 A rank in a worker process (multi-process emulated topologies, the native backend's
-`xmp.spawn` workers, the SPMD worker) gets a `remote.Job`. `run_job` imports the job's user
+`xmp.spawn` workers, the SPMD worker) gets a `remote.RemoteJob`. `run_job` imports the job's user
 modules from their paths, asserts rewritten, under the parent's names (once per process:
 `sys.modules` is the cache), then unpickles and runs it; `render_failure` renders a failure
 the way pytest would have in the parent (traceback cut to the test, paths relative to the
@@ -23,7 +23,7 @@ from typing import Any
 
 from ...base.errors import XlasimError
 from ...reports.frames import first_user, is_own
-from .jobs import FailureStyle, Job
+from .jobs import FailureStyle, RemoteJob
 
 #: Held while this process's imports and `sys.path` change: a worker process may serve
 #: several ranks, one per device thread (the native backend on CPU).
@@ -102,7 +102,7 @@ def _ensure_parents(name: str, path: Path) -> None:
             setattr(sys.modules[".".join(parts[: depth - 1])], parts[depth - 1], module)
 
 
-def run_job(job: Job) -> Any:
+def run_job(job: RemoteJob) -> Any:
     """What a rank in another process runs: the job's modules imported as the parent has them,
     then its function."""
     import_modules(job.modules)
