@@ -62,7 +62,7 @@ def pytest_configure(config):
     )
     config.addinivalue_line(
         "markers",
-        "slow: takes long (tests/faults' slow cells, tests/machines' pods); deselected unless "
+        "slow: takes long (tests/faults' slow cells, tests/pods' pods); deselected unless "
         "-m names it (`-m slow`), run by CI in steps of their own",
     )
     config.addinivalue_line(

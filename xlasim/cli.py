@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 from . import races
 from .base.errors import XlasimError
-from .machines import settings as pod_settings
+from .pods import membership
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -165,7 +165,7 @@ def run_target(options: argparse.Namespace) -> int:
         hosts=options.hosts,
         topology=options.topology,
     )
-    pod_settings.enter(slice)
+    membership.enter(slice)
     target, args = options.target, options.args
     if options.torchrun:
         from . import torchrun
@@ -258,7 +258,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ[TRACE_ENV] = options.trace
     if options.timeout is not None:
         os.environ["XLASIM_TIMEOUT"] = str(options.timeout)
-    pod_settings.export(
+    membership.export(
         options.machines,
         options.machine_rank,
         options.rendezvous,

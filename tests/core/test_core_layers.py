@@ -30,14 +30,14 @@ import xlasim
 PACKAGE = Path(xlasim.__file__).parent
 
 #: Bottom to top; a name is a folder of the package or a module at its top. `events`, `tpu`,
-#: `compilation`, `races` and `machines` are the places of subsystems being added (see
+#: `compilation`, `races` and `pods` are the places of subsystems being added (see
 #: docs/architecture.md, "Where new subsystems go").
 LAYERS: list[tuple[str, ...]] = [
     ("base",),
     ("reports", "events", "trace_files"),
     ("tpu", "compilation"),
     ("emulation", "races"),
-    ("ranks", "machines"),
+    ("ranks", "pods"),
     ("activation", "torchrun"),
     ("runners",),
     ("pytest_plugin", "conformance", "lightning", "huggingface"),

@@ -1,4 +1,4 @@
-"""Mutants of the pod across machines (xlasim/machines/): rank results exchanged between
+"""Mutants of the pod across machines (xlasim/pods/): rank results exchanged between
 machines, a lost machine's detection and failure notices, the token's proofs and the keys only
 members name, and the lengths a peer declares. Their suite is the fast machine tests (a pod of
 2 machines on loopback, the wire and results formats); the namespace tests show the same across
@@ -8,18 +8,18 @@ from __future__ import annotations
 
 from mutant import mutant
 
-LINK = "xlasim/machines/link.py"
+LINK = "xlasim/pods/link.py"
 MACHINES_TESTS = (
-    "tests/machines/test_pod_link.py",
-    "tests/machines/test_wire.py",
-    "tests/machines/test_results.py",
+    "tests/pods/test_pod_link.py",
+    "tests/pods/test_wire.py",
+    "tests/pods/test_results.py",
 )
 
 MACHINES_MUTANTS = (
     mutant(
         "machines-results-tuple-as-list",
         "a rank's tuple result arrives on the other machine as a list",
-        "xlasim/machines/results.py",
+        "xlasim/pods/results.py",
         '            return items if kind == "list" else tuple(items)',
         "            return items",
         MACHINES_TESTS,
@@ -27,7 +27,7 @@ MACHINES_MUTANTS = (
     mutant(
         "machines-results-leftover-accepted",
         "bytes left over after another machine's rank results are ignored, not an error",
-        "xlasim/machines/results.py",
+        "xlasim/pods/results.py",
         "        if reader.offset != len(message):",
         "        if False:",
         MACHINES_TESTS,
@@ -60,7 +60,7 @@ MACHINES_MUTANTS = (
     mutant(
         "machines-keys-without-the-token",
         "the pod's keys are named from the challenge alone: any host that reads it acts on them",
-        "xlasim/machines/keys.py",
+        "xlasim/pods/keys.py",
         "        return cls(f\"pod/{proof(token, challenge, 'keys')}\")",
         "        return cls(f\"pod/{proof('', challenge, 'keys')}\")",
         MACHINES_TESTS,
@@ -68,7 +68,7 @@ MACHINES_MUTANTS = (
     mutant(
         "machines-any-proof-seated",
         "machine 0 seats a joiner whatever proof of the token it shows",
-        "xlasim/machines/join.py",
+        "xlasim/pods/join.py",
         '    if not hmac.compare_digest(shown, proof(settings.token, challenge, f"{ticket}:{rank}")):',
         "    if False:",
         MACHINES_TESTS,
@@ -84,7 +84,7 @@ MACHINES_MUTANTS = (
     mutant(
         "machines-wire-negative-length",
         "a negative buffer length in a collective's message walks the offset back",
-        "xlasim/machines/wire.py",
+        "xlasim/pods/wire.py",
         "    if not isinstance(count, int) or isinstance(count, bool) or count < 0:",
         "    if not isinstance(count, int) or isinstance(count, bool):",
         MACHINES_TESTS,

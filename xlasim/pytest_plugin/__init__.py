@@ -21,7 +21,7 @@ pytest_plugins = [
     "xlasim.pytest_plugin.reporting.terminal",
     "xlasim.pytest_plugin.reporting.metrics",
     "xlasim.pytest_plugin.options.races",
-    "xlasim.pytest_plugin.remote.pods",
+    "xlasim.pytest_plugin.remote.pod_session",
     "xlasim.pytest_plugin.per_rank.debugging",
     "xlasim.pytest_plugin.reporting.coverage_combine",
 ]

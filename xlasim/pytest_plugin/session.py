@@ -141,7 +141,7 @@ def _refuse_pod_here(config: pytest.Config, backend: str) -> None:
 def _enter_pod(topology: Topology) -> None:
     """On a machine of a pod: the slice checked against the machines, this process answering
     as the machine's first host (`machines.settings.enter`)."""
-    from ..machines import settings as pod
+    from ..pods import membership as pod
 
     try:
         pod.enter(topology)

@@ -30,7 +30,7 @@ from ..base.errors import (
 from ..base.public import public
 from ..base.topology import Topology
 from ..emulation.rendezvous import Run
-from ..machines import settings as pod
+from ..pods import membership as pod
 from ..reports import rank_debugger, rank_output
 from ..reports.hang_report import RankReporter, rank_span
 from ..reports.rank_outcome import RESULT_ONLY, Collect, RankOutcome
@@ -339,7 +339,7 @@ def _serve_debuggers(run: Run) -> float:
 def _process_ranks(topology: Topology, collective_timeout: float) -> Ranks:
     settings = pod.from_environment()
     if settings is not None:  # this machine holds a share of a pod's hosts (docs/pods.md)
-        from ..machines.ranks import MachineRanks
+        from ..pods.ranks import MachineRanks
 
         return MachineRanks(topology, settings, collective_timeout)
     from .processes import ProcessRanks

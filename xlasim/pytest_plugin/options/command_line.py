@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ...base.topology import PRESETS
-from ...machines import settings as pod
+from ...pods import membership as pod
 from ...tpu.arithmetic_choice import ARITHMETIC_ENV, ARITHMETICS
 from .settings import (
     BACKEND_ENV,

@@ -19,7 +19,7 @@ import pytest
 
 from ...base.errors import PodJoinError, XlasimError
 from ...base.topology import Topology, preset
-from ...machines import settings as pod
+from ...pods import membership as pod
 from ...tpu.arithmetic_choice import ARITHMETIC_ENV, check_arithmetic
 
 DEVICES_ENV = "XLASIM_DEVICES"

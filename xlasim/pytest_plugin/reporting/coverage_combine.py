@@ -63,7 +63,7 @@ def _share_across_machines() -> None:
     """On a machine of a pod: what every machine measured, exchanged while the pod is joined
     (`xlasim/ranks/pod_coverage.py`)."""
     from ... import activation
-    from ...machines.settings import from_environment
+    from ...pods.membership import from_environment
     from ...ranks import pod_coverage
 
     bound = from_environment().join_timeout  # type: ignore[union-attr]

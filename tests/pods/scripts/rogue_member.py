@@ -9,7 +9,7 @@ import os
 import sys
 
 from xlasim.cli import main
-from xlasim.machines import link
+from xlasim.pods import link
 
 if __name__ == "__main__":
     declared = int(os.environ["DECLARED"])

@@ -1,5 +1,5 @@
 """A pod of 2 machines on this machine's loopback, each a thread of this process, formed by the
-real join (`xlasim.machines.join`: a TCPStore, the token's proofs, a gloo group) and linked by
+real join (`xlasim.pods.join`: a TCPStore, the token's proofs, a gloo group) and linked by
 the real `PodLink`: what machines exchange arrives, a silent machine is named within the bound,
 failure notices cross, lengths are checked before allocation, and a client of the store that
 lacks the token is refused a seat and acts on none of the pod's keys.
@@ -21,10 +21,10 @@ import torch.distributed as dist
 
 from xlasim.base.errors import MachineLostError, PodJoinError, XlasimError
 from xlasim.base.topology import Topology
-from xlasim.machines.join import ACCEPTED, join
-from xlasim.machines.keys import CHALLENGE_KEY, TICKETS_KEY, PodKeys, claim_key, proof
-from xlasim.machines.link import PodLink
-from xlasim.machines.settings import PodSettings
+from xlasim.pods.join import ACCEPTED, join
+from xlasim.pods.keys import CHALLENGE_KEY, TICKETS_KEY, PodKeys, claim_key, proof
+from xlasim.pods.link import PodLink
+from xlasim.pods.membership import PodSettings
 
 TOKEN = "loopback-pod-token"
 #: 2 hosts of 2 cores, a process each: machine 0 holds ranks 0-1, machine 1 ranks 2-3.

@@ -9,7 +9,7 @@ the collectives really met across machines.
 
 torch_xla's own scripts, unmodified, run in our script's place as a developer's command
 (docs/pods.md, "Tested"): `POD_SCRIPTS="/path/to/xla/test/test_mp_all_gather.py ..." pytest
-tests/machines/test_pod_conformance.py -m slow`. Needs namespaces (fails under CI without them). Slow: a few minutes (`-m slow`, CI step
+tests/pods/test_pod_conformance.py -m slow`. Needs namespaces (fails under CI without them). Slow: a few minutes (`-m slow`, CI step
 "pods, mp collectives").
 """
 

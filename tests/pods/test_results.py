@@ -1,4 +1,4 @@
-"""Rank results crossing machines (`xlasim.machines.results`): what a test's parent compares
+"""Rank results crossing machines (`xlasim.pods.results`): what a test's parent compares
 arrives bit for bit and typed as it was sent; what cannot cross without pickling is named, and
 a malformed message is an error naming its machine (nothing is ever unpickled)."""
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from xlasim.base.errors import XlasimError
-from xlasim.machines import results
+from xlasim.pods import results
 
 
 def test_results_arrive_bit_for_bit_with_their_types():

@@ -28,7 +28,7 @@ import torch.distributed as dist
 
 from ..base.errors import PodJoinError
 from .keys import CHALLENGE_KEY, HOST_PROOF_KEY, TICKETS_KEY, PodKeys, claim_key, proof
-from .settings import PodSettings
+from .membership import PodSettings
 
 ACCEPTED = "accepted"
 #: How often machine 0 looks for new tickets while machines join.

@@ -1,7 +1,7 @@
 """A host that reaches a pod's rendezvous but lacks its token (docs/pods.md, "Threat model").
 
 It knows everything public: xlasim's code and every key it can read in the store, and it names
-the pod's keys as a member would (`xlasim.machines.keys`) from a token it guesses. It tries
+the pod's keys as a member would (`xlasim.pods.keys`) from a token it guesses. It tries
 every way in that does not need the token: post machine 1's failure notice for every launch,
 fill the mailboxes of the ranks' `xm` channels with well-formed messages of its own, and take
 machine 1's place in the pod's gloo group. It says what it did, one line per attack:
@@ -25,8 +25,8 @@ from types import SimpleNamespace
 import torch
 import torch.distributed as dist
 
-from xlasim.machines import wire
-from xlasim.machines.keys import CHALLENGE_KEY, PodKeys
+from xlasim.pods import wire
+from xlasim.pods.keys import CHALLENGE_KEY, PodKeys
 
 #: How long the intruder waits for the store and for a gloo peer (the test ends it sooner).
 BOUND_S = 300.0

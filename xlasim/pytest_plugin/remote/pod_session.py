@@ -48,7 +48,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if config.option.collectonly:
         return
     from ... import activation
-    from ...machines.settings import from_environment
+    from ...pods.membership import from_environment
 
     mine = [item.nodeid for item in session.items]
     bound = from_environment().join_timeout  # type: ignore[union-attr]

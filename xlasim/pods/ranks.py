@@ -23,7 +23,7 @@ from . import results
 from .join import join
 from .link import PodLink
 from .meeting import PodMeetings
-from .settings import PodSettings
+from .membership import PodSettings
 
 #: The longest failure text passed to the other machines.
 NOTICE_CHARS = 4000

@@ -1,4 +1,4 @@
-"""What one machine sends another at a collective (`xlasim.machines.wire`): calls and payloads
+"""What one machine sends another at a collective (`xlasim.pods.wire`): calls and payloads
 arrive bit for bit, and every length a peer's header gives is checked against the message
 before anything is allocated for it: a negative length, a buffer past the message's end, or a
 shape that holds other than the bytes sent is an error naming the machine."""
@@ -10,7 +10,7 @@ import torch
 
 from xlasim.base.errors import XlasimError
 from xlasim.emulation.rendezvous import Call
-from xlasim.machines import wire
+from xlasim.pods import wire
 
 CALL = Call("all_reduce", (("reduce_type", "sum"),), "script.py:3")
 
