@@ -19,9 +19,9 @@ from fixtures import race_catalogue
 from xlasim.base.errors import ScheduleStalledError
 from xlasim.base.topology import Topology
 from xlasim.races import scheduled
+from xlasim.races.launch_requests import named
 from xlasim.races.pct import MAX_STEPS, SPIN_REPEATS, Pct, change_points
 from xlasim.races.scheduler import BLOCKED, DONE, PARKED, RUNNING, Scheduler
-from xlasim.races.settings import named
 from xlasim.ranks.world import World
 
 # ---------------------------------------------------------------------------- the policy alone

@@ -36,8 +36,8 @@ from ..base.errors import (
 )
 from ..base.topology import Topology
 from ..events import recorder
+from ..races.launch_requests import schedule_depth
 from ..races.scheduler import Scheduler
-from ..races.settings import schedule_depth
 from ..races.syncs import SyncLog
 from ..races.watch import synchronizing
 from ..reports import hang_report

@@ -23,7 +23,7 @@ from ..base.environment import variable_set
 from ..base.errors import RuntimeAlreadyStartedError, XlasimError
 from ..events.recorder import TRACE_ENV
 from ..races import interleavings
-from ..races.settings import SCHEDULE_ENV
+from ..races.launch_requests import SCHEDULE_ENV
 from ..trace_files.session import PLOT_FILE, TraceFiles
 from .options.settings import BACKENDS, resolve
 from .reporting import progress
@@ -267,7 +267,7 @@ def scheduled_as(config: pytest.Config, item: pytest.Item | None) -> Iterator[No
     if config.getoption("xla_schedules", None) is None and os.environ.get(SCHEDULE_ENV) is None:
         yield
         return
-    from ..races.settings import named
+    from ..races.launch_requests import named
 
     with named(item.nodeid if item is not None else "session"):
         yield

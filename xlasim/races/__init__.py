@@ -22,9 +22,7 @@ from .accesses import Access, Race, races
 from .clocks import clocks
 from .hosts import explain_missing_files
 from .interleavings import Interleaving, record
-from .race_report import RaceError, RaceRecordingError, describe, describe_unrecorded
-from .scheduler import Scheduler
-from .settings import (
+from .launch_requests import (
     RACES_ENV,
     SCHEDULE_ENV,
     SCHEDULE_NAME_ENV,
@@ -34,6 +32,8 @@ from .settings import (
     schedule_name,
     scheduled,
 )
+from .race_report import RaceError, RaceRecordingError, describe, describe_unrecorded
+from .scheduler import Scheduler
 from .syncs import SyncLog
 
 if TYPE_CHECKING:

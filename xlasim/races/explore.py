@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from . import interleavings
-from .settings import schedule_directory, schedule_name, scheduled
+from .launch_requests import schedule_directory, schedule_name, scheduled
 
 if TYPE_CHECKING:
     from ..reports.rank_outcome import RankOutcome

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ...races import refused_on_a_pod
-from ...races.settings import RACES_ENV, SCHEDULE_DIR_ENV, SCHEDULE_ENV, variable
+from ...races.launch_requests import RACES_ENV, SCHEDULE_DIR_ENV, SCHEDULE_ENV, variable
 from .. import session
 from .settings import resolve
 
