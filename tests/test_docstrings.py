@@ -37,7 +37,6 @@ NOT_YET_WRITTEN = {
     "conformance",
     "lightning",
     "huggingface",
-    "runners",
 }
 
 #: An entry of the block: `name:` or `name (type):`, then the description or the line's end.
