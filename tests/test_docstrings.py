@@ -34,7 +34,6 @@ TOP_LEVEL = "top-level"
 NOT_YET_WRITTEN = {
     "emulation",
     "pytest_plugin",
-    "lightning",
     "huggingface",
 }
 
