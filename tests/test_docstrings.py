@@ -34,10 +34,6 @@ TOP_LEVEL = "top-level"
 NOT_YET_WRITTEN = {
     "emulation",
     "pytest_plugin",
-    "conformance",
-    "lightning",
-    "huggingface",
-    "runners",
 }
 
 #: An entry of the block: `name:` or `name (type):`, then the description or the line's end.

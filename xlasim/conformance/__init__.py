@@ -47,7 +47,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run_job(job: TorchXlaJob, slice: Slice, timeout: float, logs: Path) -> list[Row]:
     """Run one job and classify it; a job with a baseline (the `tpu` suite) runs natively
     first, with a time budget of its own, and its rows say what the emulated identity changed
-    (`baseline`)."""
+    (`baseline`).
+
+    Args:
+        job: one torch_xla test file (or one test of it) in one mode.
+        slice: the emulated slice it runs on.
+        timeout: seconds for the emulated runs together (a rerun without a crashed test
+            shares them); the native run gets as many again.
+        logs: the directory under which each run gets a working directory named by the job's
+            slug (its output, junit and report files).
+    """
     if job.baseline and job.gates is not None:
         outcome = execute(job, slice, timeout, logs / f"{job.slug}.native", native=True)
         native = classify(job, outcome)

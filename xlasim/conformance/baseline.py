@@ -38,7 +38,16 @@ UNKNOWN = "unknown"
 
 
 def compare(rows: Sequence[Row], native: Sequence[Row], gates: Gates) -> list[Row]:
-    """`rows` (emulated) with what `native` rows say of the same ids; `gates`: the file's."""
+    """`rows` (emulated) with what `native` rows say of the same ids: each row's `native` and
+    `identity` filled in, and an untouched test that fails natively the same way marked
+    `fails natively too`.
+
+    Args:
+        rows: the file's rows from its emulated run.
+        native: the file's rows from its native run on one CPU device; a file-level row
+            (no `::` in its id) that timed out or crashed makes every row `unknown`.
+        gates: the file's TPU gates, to tell a test that takes the TPU's branch (`branches`).
+    """
     lost = next((n for n in native if n.result in (TIMED_OUT, CRASHED) and "::" not in n.id), None)
     if lost is not None:
         natively = f"{lost.result}: {lost.reason}"

@@ -65,6 +65,13 @@ FAILS_NATIVELY = "fails natively too"
 
 
 def classify(job: TorchXlaJob, outcome: Outcome) -> list[Row]:
+    """The rows of one run of `job`: one for a timed-out run or a script, one per junit test
+    case under pytest (and one more when pytest itself died or failed).
+
+    Args:
+        job: the file (or test) that ran, and in which mode.
+        outcome: what its run left: exit status, output, run report or junit file.
+    """
     if outcome.timed_out:
         return [_row(job, TIMED_OUT, outcome.seconds, timed_out_reason(outcome))]
     if job.mode != PYTEST:  # a script, on its own or under torchrun: one row
@@ -116,7 +123,15 @@ def _exit_zero(
 def failure(job: TorchXlaJob, id: str, text: str, error: str) -> tuple[str, str]:
     """Why a run or test failed: a missing optional package, TPU-only code, a documented
     upstream bug or limit of emulation whose signature is in the output, or else `error` (its
-    first error line)."""
+    first error line).
+
+    Args:
+        job: the file the failure is in; its path keys known bugs and limits of the whole file.
+        id: the failing row's id: the file's path relative to test/, or a pytest id
+            (`file::Class::test`) for one test; it keys known bugs and limits first.
+        text: the failure's output (with the message and traceback, for a test).
+        error: its first error line, the reason when nothing known explains it.
+    """
     package = missing_package(text, job.root)
     if package:
         return NEEDS_PACKAGE, f"needs {package} (No module named {package!r})"

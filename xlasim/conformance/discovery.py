@@ -107,8 +107,13 @@ class TorchXlaJob:
 
 
 def discover(root: Path, suite: str, select: str | None = None) -> list[TorchXlaJob]:
-    """The jobs for `suite` under `root` (torch_xla's test/ directory), in path order; with
-    `select`, only files whose path relative to `root` contains it."""
+    """The jobs for the files of `suite` under `root`, in path order.
+
+    Args:
+        root: torch_xla's test/ directory (in a pytorch/xla checkout).
+        suite: a key of `SUITES`: `mp`, `spmd`, `tpu` or `all`.
+        select: a substring a file's path relative to `root` must contain; None: every file.
+    """
     jobs = []
     for part in SUITES[suite]:
         files = sorted({p for pattern in part.patterns for p in root.glob(pattern) if p.is_file()})
@@ -160,6 +165,12 @@ def modes(source: str, folder: Path | None = None) -> list[str]:
 
     A file with neither a `__main__` block nor tests still runs as a script, so that it shows
     up in the table (as having checked nothing) instead of silently dropping out.
+
+    Args:
+        source: the file's Python source (unparsable: it runs as a script, which reports the
+            error).
+        folder: the file's directory, where its sibling modules are read for TestCase base
+            classes; None: only the file's own classes count.
     """
     tree = _parse(source)
     if tree is None:

@@ -31,7 +31,16 @@ def execute(
     """Run `job` on the emulated `slice` with `workdir` as its working directory (where
     anything the test writes to its current directory lands, with its output and reports);
     `native`: instead without xlasim, on one CPU device, as torch_xla's CPU CI runs it (the
-    baseline a `tpu` suite row is compared with)."""
+    baseline a `tpu` suite row is compared with).
+
+    Args:
+        job: the file (or test) to run, and in which mode.
+        slice: the emulated slice; unused when `native`.
+        timeout: seconds before the run's process group is killed.
+        workdir: the run's working directory, made if missing; an earlier run's reports in it
+            are removed first.
+        native: run without xlasim on one CPU device instead of on the emulated slice.
+    """
     files = RunFiles.of(workdir).fresh()
     return run_recorded(
         native_command(job, files.junit) if native else command(job, slice, files.junit),
@@ -42,7 +51,13 @@ def execute(
 
 
 def command(job: TorchXlaJob, slice: Slice, junit: Path) -> list[str]:
-    """`job` on the emulated `slice`: under pytest with xlasim's plugin, else `xlasim run`."""
+    """`job` on the emulated `slice`: under pytest with xlasim's plugin, else `xlasim run`.
+
+    Args:
+        job: the file (or test) to run, and in which mode (pytest, script or torchrun).
+        slice: the emulated slice, as the plugin's or `xlasim run`'s options.
+        junit: the junit file pytest writes (unused for a script).
+    """
     if job.mode == PYTEST:
         return [
             sys.executable,
@@ -72,7 +87,12 @@ def command(job: TorchXlaJob, slice: Slice, junit: Path) -> list[str]:
 
 
 def native_command(job: TorchXlaJob, junit: Path) -> list[str]:
-    """`job` without xlasim: the file as a script, or under pytest without xlasim's plugin."""
+    """`job` without xlasim: the file as a script, or under pytest without xlasim's plugin.
+
+    Args:
+        job: the file (or test) to run, and in which mode (pytest, else as a script).
+        junit: the junit file pytest writes (unused for a script).
+    """
     if job.mode != PYTEST:
         return [sys.executable, str(job.path), *job.args]
     return [
@@ -96,6 +116,18 @@ def native_command(job: TorchXlaJob, junit: Path) -> list[str]:
 def environment(
     job: TorchXlaJob, timeout: float, report: Path, progress: Path, *, native: bool = False
 ) -> dict[str, str]:
+    """The environment a torch_xla test file runs in, as its CI's run_tests.sh gives it: the
+    file's own variables, torch's device-type tests pointed at XLA, and under pytest the
+    paths a script would have found its helpers on.
+
+    Args:
+        job: the file (or test) to run, and in which mode.
+        timeout: the run's seconds, which bound a collective's wait (`child_environment`).
+        report: where `xlasim run` writes its run report (a script's launches and collectives).
+        progress: where the probe plugin writes the ids of the tests that started (pytest).
+        native: one CPU device without xlasim (`PJRT_DEVICE=CPU`) instead of the emulated
+            slice.
+    """
     env = child_environment(timeout)
     env.update(FILE_ENV.get(job.rel, {}))
     devices = job.root / "pytorch_test_base.py"

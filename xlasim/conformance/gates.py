@@ -74,7 +74,12 @@ def find_gates(tree: ast.Module) -> Gates:
 def function_of(test: str, gates: Gates) -> str:
     """The function a test of the file comes from: its own name, or the longest defined name
     it starts with followed by a parameterization suffix (`test_put_xla_float32` from
-    `test_put`, `test_gmm0` from `test_gmm`); `test` itself when none matches."""
+    `test_put`, `test_gmm0` from `test_gmm`); `test` itself when none matches.
+
+    Args:
+        test: a test's name, without file or class (`test_gmm0`).
+        gates: the gates of the file it is in, whose `defined` names are matched.
+    """
     return _function_among(test, gates.defined)
 
 
@@ -82,7 +87,12 @@ def is_gated(test_id: str, gates: Gates) -> bool:
     """Whether the test `test_id` (`file::Class::test` or `file::test`) comes from a function
     behind a gate: its own class's, when the file defines the class and the function in it;
     else any function of its name (a class torch generates from the file's, `TestPythonOpsXLA`
-    from `TestPythonOps`, or one inheriting its tests)."""
+    from `TestPythonOps`, or one inheriting its tests).
+
+    Args:
+        test_id: a pytest id, `file::Class::test` or `file::test`.
+        gates: the gates of the file the test is in.
+    """
     parts = test_id.split("::")
     owner, test = (parts[-2] if len(parts) > 2 else ""), parts[-1]
     defined, gated = gates.classes.get(owner, (frozenset(), frozenset()))

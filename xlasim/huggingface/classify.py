@@ -40,6 +40,13 @@ TPU_GATE_SKIP = "test requires TPU"
 
 
 def classify(job: HuggingFaceJob, outcome: Outcome) -> list[Row]:
+    """The rows of one run of `job`: one for a script or a run that left no junit, else one
+    per test pytest reported.
+
+    Args:
+        job: what ran: a script under its launcher, or a file's TPU-gated pytest tests.
+        outcome: what the run left: exit status, output, run report (script) or junit file.
+    """
     seconds = round(outcome.seconds, 1)
     if outcome.timed_out:
         return [Row(job.id, job.mode, TIMED_OUT, seconds, timed_out_reason(outcome))]

@@ -61,7 +61,13 @@ def kind(checkout: Path) -> str:
 
 
 def discover(checkout: Path, select: str | None = None) -> list[HuggingFaceJob]:
-    """The jobs of `checkout`, in a stable order; with `select`, those whose id contains it."""
+    """The jobs of `checkout`, in a stable order.
+
+    Args:
+        checkout: the root of an accelerate or transformers checkout (the one holding `src/`).
+        select: a substring a job's id (its target, and its launcher for a script) must
+            contain; None: every job.
+    """
     jobs = _accelerate(checkout) if kind(checkout) == ACCELERATE else _transformers(checkout)
     return [job for job in jobs if not select or select in job.id]
 

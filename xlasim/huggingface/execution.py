@@ -30,7 +30,15 @@ OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFL
 
 def execute(job: HuggingFaceJob, slice: Slice, timeout: float, workdir: Path) -> Outcome:
     """Run `job` on `slice`, bounded by `timeout` seconds; its output, junit file and run
-    report go to `workdir`, which is also its working directory."""
+    report go to `workdir`, which is also its working directory.
+
+    Args:
+        job: a script and its launcher, or a file's TPU-gated pytest tests.
+        slice: the emulated slice.
+        timeout: seconds before the run's process group is killed.
+        workdir: where its files go and where it runs, made if missing; an earlier run's
+            reports in it are removed first.
+    """
     files = RunFiles.of(workdir).fresh()
     return run_recorded(
         command(job, slice, files.junit),
@@ -41,6 +49,14 @@ def execute(job: HuggingFaceJob, slice: Slice, timeout: float, workdir: Path) ->
 
 
 def command(job: HuggingFaceJob, slice: Slice, junit: Path) -> list[str]:
+    """The command line of `job`: pytest with xlasim's plugin and the probe, or `xlasim run`
+    around the launcher its TPU CI uses (`accelerate launch --tpu`, `xla_spawn.py`).
+
+    Args:
+        job: what to run, and its mode (pytest, or the launcher of a script).
+        slice: the emulated slice; its core count is also the launcher's process count.
+        junit: the junit file pytest writes (unused for a script).
+    """
     if job.mode == PYTEST:
         return [
             sys.executable,
@@ -68,6 +84,14 @@ def command(job: HuggingFaceJob, slice: Slice, junit: Path) -> list[str]:
 
 
 def environment(timeout: float, report: Path, progress: Path) -> dict[str, str]:
+    """The environment of every Hugging Face job: the hub and datasets offline (nothing may
+    download), and where each kind of job reports what it did.
+
+    Args:
+        timeout: the run's seconds, which bound a collective's wait (`child_environment`).
+        report: where `xlasim run` writes its run report (a script's launches and collectives).
+        progress: where the probe plugin writes the ids of the tests that started (pytest).
+    """
     env = child_environment(timeout)
     env.update(OFFLINE)
     env["XLASIM_RUN_REPORT"] = str(report)

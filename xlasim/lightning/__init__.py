@@ -62,7 +62,16 @@ def run_until_done(
     run: LightningJob, slice: Slice, timeout: float, logs: Path
 ) -> tuple[list[Row], list[str]]:
     """Run `run`; when a test kills the process (no junit), record it as crashed and run the
-    rest again without it, within the same time budget (a standalone test runs once)."""
+    rest again without it, within the same time budget (a standalone test runs once). Its rows,
+    and the ids of the standalone tests a file's run skipped (for `run_file` to run alone).
+
+    Args:
+        run: a file's shared-process tests, or one standalone test.
+        slice: the emulated slice it runs on.
+        timeout: seconds for all of its runs together.
+        logs: the directory under which each run gets a numbered working directory (its
+            output, junit file and record for `--reclassify`).
+    """
     rows: list[Row] = []
     standalone: list[str] = []
 
@@ -79,7 +88,15 @@ def run_until_done(
 
 
 def run_file(test_file: TestFile, slice: Slice, timeout: float, logs: Path) -> list[Row]:
-    """A file's rows: its shared-process tests, then each standalone test in a process alone."""
+    """A file's rows: its shared-process tests, then each standalone test in a process alone.
+
+    Args:
+        test_file: a file with `RunIf(tpu=True)` tests, in the copy of Lightning's tests/.
+        slice: the emulated slice every process runs on.
+        timeout: seconds for the file's shared-process run, and as many again for each
+            standalone test.
+        logs: the directory under which each run gets a working directory.
+    """
     rows, standalone = run_until_done(
         LightningJob(test_file.tests, test_file.rel, standalone=False), slice, timeout, logs
     )

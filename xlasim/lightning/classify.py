@@ -36,7 +36,12 @@ STANDALONE_SKIP = "Standalone execution"
 
 
 def classify(run: LightningJob, outcome: Outcome) -> tuple[list[Row], list[str]]:
-    """The rows of one run, and the ids of standalone tests it skipped (to run one by one)."""
+    """The rows of one run, and the ids of standalone tests it skipped (to run one by one).
+
+    Args:
+        run: what ran: a file's shared-process tests (mode `file`) or one standalone test.
+        outcome: what the run left: exit status, output, junit file.
+    """
     mode = STANDALONE_MODE if run.standalone else FILE_MODE
     if outcome.timed_out:
         why = timed_out_reason(outcome)

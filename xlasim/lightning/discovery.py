@@ -46,7 +46,13 @@ def tests_dir(checkout: Path) -> Path:
 
 def discover(tests: Path, suite: str, select: str | None = None) -> list[TestFile]:
     """The files of `suite` under `tests` with at least one `RunIf(tpu=True)` test, in path
-    order; with `select`, only those whose path contains it."""
+    order.
+
+    Args:
+        tests: Lightning's `tests/` directory (the runner's copy of it).
+        suite: a key of `SUITES`: `pytorch`, `fabric` or `all`.
+        select: a substring a file's path relative to `tests` must contain; None: every file.
+    """
     found = []
     for tree in SUITES[suite]:
         for path in sorted((tests / tree).rglob("test_*.py")):

@@ -49,7 +49,15 @@ class LightningJob:
 
 def execute(run: LightningJob, slice: Slice, timeout: float, workdir: Path) -> Outcome:
     """Run `run` on the emulated `slice` from `run.tests` (pytest's rootdir); its output, junit
-    file and progress file go to `workdir`, with a record to classify it again from."""
+    file and progress file go to `workdir`, with a record to classify it again from.
+
+    Args:
+        run: a file's shared-process tests, or one standalone test.
+        slice: the emulated slice.
+        timeout: seconds before the run's process group is killed.
+        workdir: where its files go, made if missing; an earlier run's reports and record in
+            it are removed first.
+    """
     files = RunFiles.of(workdir).fresh()
     (workdir / RECORD).unlink(missing_ok=True)
     outcome = run_recorded(
@@ -76,6 +84,14 @@ def load(workdir: Path) -> Outcome:
 
 
 def command(run: LightningJob, slice: Slice, junit: Path) -> list[str]:
+    """The pytest command line of `run`: xlasim's plugin on the emulated slice, Lightning's
+    `tests/` as rootdir, and the probe plugin recording each test.
+
+    Args:
+        run: the file or standalone test to give pytest, and the tests left out.
+        slice: the emulated slice, as the plugin's options.
+        junit: the junit file pytest writes.
+    """
     return [
         sys.executable,
         "-m",
@@ -88,6 +104,14 @@ def command(run: LightningJob, slice: Slice, junit: Path) -> list[str]:
 
 
 def environment(run: LightningJob, timeout: float, progress: Path) -> dict[str, str]:
+    """The environment of `run`: Lightning's switch that keeps only its TPU tests, and its
+    standalone switch set for a standalone test only (a caller's is dropped).
+
+    Args:
+        run: the file or standalone test to run.
+        timeout: the run's seconds, which bound a collective's wait (`child_environment`).
+        progress: where the probe plugin writes the ids of the tests that started.
+    """
     env = child_environment(timeout)
     env.pop(STANDALONE_TESTS_ENV, None)
     env[TPU_TESTS_ENV] = "1"

@@ -92,7 +92,14 @@ class RunFiles:
         return cls(workdir, *(workdir / name for name in names))
 
     def outcome(self, status: int | None, seconds: float, timeout: float) -> Outcome:
-        """What the run that ended with `status` after `seconds` (of `timeout`) left here."""
+        """What the run that ended with `status` after `seconds` (of `timeout`) left here.
+
+        Args:
+            status: the child's exit status (negative: the signal that killed it), None when
+                it was killed at its timeout.
+            seconds: wall-clock seconds the run took.
+            timeout: the seconds it was allowed, for the reason a timed-out row gives.
+        """
         return Outcome(
             status=status,
             seconds=seconds,
@@ -152,7 +159,15 @@ def run_bounded(
 ) -> int | None:
     """Run `command` in a session of its own with its output in `log`; its exit status, or
     None when it ran past `timeout` seconds. Its whole process group is killed at the end
-    either way: what a test started (workers, servers) must not outlive the run."""
+    either way: what a test started (workers, servers) must not outlive the run.
+
+    Args:
+        command: the child's argument list.
+        cwd: its working directory.
+        env: its whole environment (nothing of the caller's is added).
+        log: the file its stdout and stderr go to, together; overwritten.
+        timeout: wall-clock seconds before its process group is killed.
+    """
     with open(log, "wb") as out:
         child = subprocess.Popen(
             command,

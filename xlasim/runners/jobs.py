@@ -76,6 +76,12 @@ def run_without_crashes(
 @contextlib.contextmanager
 def scratch_space(runner: str, logs: Path | None) -> Iterator[tuple[Path, Path]]:
     """A scratch directory for one invocation of `runner`, removed at the end, and where its
-    runs' logs go: `logs` (`--logs`, kept) or the scratch directory's `logs/`."""
+    runs' logs go: `logs` (`--logs`, kept) or the scratch directory's `logs/`.
+
+    Args:
+        runner: the runner's name (`conformance`, `lightning`...), in the directory's prefix.
+        logs: the directory `--logs` named, where logs are kept after the run; None: they go
+            in the scratch directory and are removed with it.
+    """
     with tempfile.TemporaryDirectory(prefix=f"xlasim-{runner}-") as scratch:
         yield Path(scratch), logs.resolve() if logs else Path(scratch) / "logs"

@@ -15,7 +15,13 @@ PROGRESS_ENV = "XLASIM_CONFORMANCE_PROGRESS"
 
 def probed_pytest_options(junit: Path, deselect: Sequence[str]) -> list[str]:
     """The pytest options of a probed run: junit with every test's output, the probe plugin
-    that records each test's launches and collectives, and the tests left out."""
+    that records each test's launches and collectives, and the tests left out.
+
+    Args:
+        junit: the junit XML file pytest writes.
+        deselect: pytest ids of the tests to leave out (`file::Class::test`), each passed
+            as `--deselect`; empty: none.
+    """
     return [
         f"--junitxml={junit}",
         "-o",

@@ -55,7 +55,13 @@ _NO_MODULE = re.compile(r"ModuleNotFoundError: No module named '([\w.]+)'")
 def missing_package(text: str, root: Path) -> str | None:
     """The top-level package a ModuleNotFoundError names, unless it is part of the stack under
     test or of the test tree itself (its modules, or the tree as a package, `test.pjrt...`):
-    then the test's import path is wrong, a real failure."""
+    then the test's import path is wrong, a real failure.
+
+    Args:
+        text: the failure's output, searched for `ModuleNotFoundError: No module named`.
+        root: the directory of the test tree the test was run from; a module found in it is
+            the tree's own, not a missing package.
+    """
     for name in _NO_MODULE.findall(text):
         top = name.split(".")[0]
         own = top == root.name or (root / f"{top}.py").exists() or (root / top).is_dir()
@@ -98,7 +104,13 @@ _IMPORT_BOUND_S = 300
 
 def crash_reason(status: int | None, text: str) -> str | None:
     """Why the process died rather than exited: a signal, or a fatal error XLA or Python
-    reported (an `F` log line, such as a failed CHECK, or "Fatal Python error")."""
+    reported (an `F` log line, such as a failed CHECK, or "Fatal Python error").
+
+    Args:
+        status: the process's exit status; negative: the signal that killed it (subprocess's
+            convention); None (killed at the timeout): only a fatal line counts.
+        text: the process's combined output, searched for a fatal line.
+    """
     fatal = _FATAL_LOG.search(text) or re.search(r"(Fatal Python error: .*)$", text, re.M)
     if status is not None and status < 0:
         try:
@@ -173,6 +185,13 @@ def last_line(text: str) -> str:
 
 
 def line_of(text: str, offset: int) -> str:
+    """The whole line of `text` that holds a match found at `offset`, stripped: quotes in a
+    reason what a run printed around the match (such as a skip notice).
+
+    Args:
+        text: a run's output.
+        offset: a character index into `text` (a regex match's start).
+    """
     start = text.rfind("\n", 0, offset) + 1
     end = text.find("\n", offset)
     return text[start : end if end >= 0 else len(text)].strip()

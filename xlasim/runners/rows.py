@@ -44,7 +44,12 @@ class Row:
 
 
 def describe_launches(launches: int, collectives: Counter[str]) -> str:
-    """ "2 launches, 24 collectives (rendezvous 17, all_reduce 7)": what ranks did on the slice."""
+    """ "2 launches, 24 collectives (rendezvous 17, all_reduce 7)": what ranks did on the slice.
+
+    Args:
+        launches: how many times a test launched ranks on the emulated slice.
+        collectives: the collectives the ranks completed, counted by op name.
+    """
     ops = ", ".join(f"{op} {n}" for op, n in collectives.most_common())
     total = sum(collectives.values())
     return f"{launches} launch{'es' if launches != 1 else ''}, {total} collectives" + (
@@ -67,7 +72,12 @@ def case_output(case: ET.Element) -> str:
 
 def case_problem(case: ET.Element, output: str) -> tuple[str, str] | None:
     """A failed or erroring junit case's text to classify (message, traceback, output) and its
-    first error line; None when the case did not fail."""
+    first error line; None when the case did not fail.
+
+    Args:
+        case: a `<testcase>` element of a junit file.
+        output: the case's captured output (`case_output`), appended to the text.
+    """
     problem = case.find("failure")
     if problem is None:
         problem = case.find("error")
@@ -79,8 +89,13 @@ def case_problem(case: ET.Element, output: str) -> tuple[str, str] | None:
 
 
 def junit_test_id(rel: str, case: ET.Element) -> str:
-    """`file::Class::test` from junit's dotted classname; `rel`: the file's path relative to
-    pytest's rootdir."""
+    """`file::Class::test` from junit's dotted classname.
+
+    Args:
+        rel: the test file's path relative to pytest's rootdir, with `/` separators and
+            `.py` (`test/test_ops.py`).
+        case: a `<testcase>` element of the junit file pytest wrote for it.
+    """
     module = rel[: -len(".py")].replace("/", ".")
     classname = case.get("classname", "")
     inner = classname[len(module) + 1 :] if classname.startswith(module + ".") else ""

@@ -58,6 +58,13 @@ def _cell(reason: str) -> str:
 
 
 def write_json(path: Path, rows: Sequence[Row]) -> None:
+    """Write the rows to `path` as a JSON list of objects, every field whole (`--json`): for
+    tools, where the table shortens reasons.
+
+    Args:
+        path: the file to write; overwritten.
+        rows: the run's rows, in order.
+    """
     path.write_text(json.dumps([dataclasses.asdict(row) for row in rows], indent=2) + "\n")
 
 
@@ -69,7 +76,12 @@ def print_progress(rows: Sequence[Row]) -> None:
 
 def finish(rows: Sequence[Row], json_path: Path | None) -> int:
     """Print the table, write the rows to `json_path` if given; the exit status: 1 when a row
-    fails the gate, else 0."""
+    fails the gate, else 0.
+
+    Args:
+        rows: every row of the run.
+        json_path: the file `--json` named, or None to write no JSON.
+    """
     print(format_table(rows))
     if json_path:
         write_json(json_path, rows)
