@@ -33,7 +33,6 @@ TOP_LEVEL = "top-level"
 #: is done and its mark should go.
 NOT_YET_WRITTEN = {
     "emulation",
-    "pytest_plugin",
     "conformance",
     "lightning",
     "huggingface",
