@@ -33,7 +33,6 @@ TOP_LEVEL = "top-level"
 #: is done and its mark should go.
 NOT_YET_WRITTEN = {
     "emulation",
-    "pytest_plugin",
 }
 
 #: An entry of the block: `name:` or `name (type):`, then the description or the line's end.

@@ -62,7 +62,12 @@ def needs_xla(item: pytest.Item) -> bool:
 
 
 def choose(config: pytest.Config, asked: str) -> str:
-    """The backend of the session, as the `pytest_xlasim_choose_backend` hook decides it."""
+    """The backend of the session, as the `pytest_xlasim_choose_backend` hook decides it.
+
+    Args:
+        config: the session's config, whose hook is called.
+        asked: what the settings ask for: "auto", "emulated" or "native".
+    """
     backend = config.hook.pytest_xlasim_choose_backend(config=config, asked=asked)
     if backend not in BACKENDS[1:]:
         raise pytest.UsageError(
@@ -209,7 +214,18 @@ def run_ranks(
 ) -> list[RankOutcome]:
     """Run on the session's executor. Ranks' output is shown live under `pytest -s`; otherwise
     the output of ranks that did not fail is handed to pytest's capture, tagged by rank.
-    `item` is the running test: ranks in other processes render their failures as it would."""
+    `item` is the running test: ranks in other processes render their failures as it would.
+
+    Args:
+        config: the session's config (its executor, `-s`, `--pdb`, trace and schedule options).
+        fn: what every rank calls.
+        args: positional arguments, the same for every rank.
+        kwargs: keyword arguments, the same for every rank.
+        size: how many ranks take part.
+        timeout: seconds the run may take before it fails as hung.
+        item: the running test; None when none runs (a session-scoped fixture's call),
+            and the trace and schedule files are named "session".
+    """
     from .per_rank.rank_debugging import on_ranks
     from .remote.jobs import FailureStyle
     from .reporting.outcomes import replay_output
@@ -239,7 +255,13 @@ def run_ranks(
 def name_trace(
     item: pytest.Item | None, directory: Path | None, outcomes: list[RankOutcome]
 ) -> None:
-    """A failed test's report names the trace its ranks recorded, if they did."""
+    """A failed test's report names the trace its ranks recorded, if they did.
+
+    Args:
+        item: the test whose report gets the section; None adds none.
+        directory: where the ranks recorded (`traced`); None when nothing was traced.
+        outcomes: each rank's outcome; the section is added only when one raised.
+    """
     if directory is not None and item is not None and any(o.raised for o in outcomes):
         plot = directory / PLOT_FILE
         files = TraceFiles(directory, plot if plot.exists() else None)
@@ -249,7 +271,12 @@ def name_trace(
 @contextmanager
 def traced(config: pytest.Config, item: pytest.Item | None) -> Iterator[Path | None]:
     """With `--xla-trace=DIR`, the ranks record into a directory of the test's own, named by
-    its id (`XLASIM_TRACE` set while they run; docs/tracing.md)."""
+    its id (`XLASIM_TRACE` set while they run; docs/tracing.md).
+
+    Args:
+        config: the session's config, read for `--xla-trace`.
+        item: the running test, whose node id names the directory; None names it "session".
+    """
     root = config.getoption("xla_trace", None)
     if not root:
         yield None
@@ -263,7 +290,12 @@ def traced(config: pytest.Config, item: pytest.Item | None) -> Iterator[Path | N
 @contextmanager
 def scheduled_as(config: pytest.Config, item: pytest.Item | None) -> Iterator[None]:
     """Under `--xla-schedules`/`--xla-schedule`, the ranks' interleavings are written under the
-    test's id (each run of the test starts its files anew: a replay compares with them)."""
+    test's id (each run of the test starts its files anew: a replay compares with them).
+
+    Args:
+        config: the session's config, read for `--xla-schedules`.
+        item: the running test, whose node id names the files; None names them "session".
+    """
     if config.getoption("xla_schedules", None) is None and os.environ.get(SCHEDULE_ENV) is None:
         yield
         return

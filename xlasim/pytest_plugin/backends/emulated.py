@@ -55,6 +55,20 @@ class EmulatedExecutor:
         tee: bool,
         style: remote.FailureStyle | None = None,
     ) -> list[RankOutcome]:
+        """`Executor.run_ranks` on the core's world: rank threads here, or its worker processes
+        (`--xla-processes`), which get the call pickled.
+
+        Args:
+            fn: the function every rank calls; pickled when the ranks are in worker processes.
+            args: positional arguments, the same for every rank.
+            kwargs: keyword arguments, the same for every rank.
+            size: how many of the world's ranks take part (a sub-world may be smaller).
+            timeout: seconds the run may take before the world reports it hung.
+            tee: also write rank output live to this process's stdout/stderr.
+            style: how failures render in worker processes; None renders as pytest's
+                defaults would, paths relative to this directory. Unused for rank threads,
+                whose failures pytest renders here.
+        """
         topology = activation.topology()
         if topology.threaded:
             body, collect = fn, Collect(output=True, tee=tee, metrics=True)

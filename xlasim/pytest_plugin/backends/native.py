@@ -184,6 +184,19 @@ class NativeExecutor:
         tee: bool,
         style: FailureStyle | None = None,
     ) -> list[RankOutcome]:
+        """`Executor.run_ranks` in the warm `xmp.spawn` workers, the call pickled to them.
+
+        Args:
+            fn: the function every rank calls; it must pickle.
+            args: positional arguments, the same for every rank.
+            kwargs: keyword arguments, the same for every rank.
+            size: must be the slice's size: the native backend has no sub-worlds.
+            timeout: seconds to wait for every worker's answer, not counting time a rank
+                spends in a debugger; past it the workers are killed and restarted.
+            tee: write each rank's output to this process's stdout/stderr once the run ends
+                (the workers' output cannot be shown live).
+            style: how the workers render failures; None renders as pytest's defaults would.
+        """
         if size != self._size:
             raise XlasimError(
                 f"the native backend runs every rank of the slice ({self._size}); a world of "

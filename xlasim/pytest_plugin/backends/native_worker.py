@@ -88,7 +88,15 @@ def _run_job(
 
 
 def serve(index: int, address: str, authkey: bytes, stack_dir: str) -> None:
-    """The function `xmp.spawn` runs on every rank: serve jobs until the parent says stop."""
+    """The function `xmp.spawn` runs on every rank: serve jobs until the parent says stop.
+
+    Args:
+        index: this rank's index, as `xmp.spawn` passes it (0..size-1).
+        address: the pytest process's listener (a Unix socket path) to connect back to.
+        authkey: the listener's secret, proving the connection comes from its own workers.
+        stack_dir: directory where this process writes its threads' stacks when signalled
+            (one file per pid), read by the parent when a run hangs.
+    """
     with rank_side.process_lock:
         _setup_process(address, authkey, stack_dir)
     with Client(address, authkey=authkey) as conn:

@@ -47,7 +47,17 @@ class Executor(Protocol):
         """Call `fn(*args, **kwargs)` on ranks 0..size-1.
 
         Rank failures come back in the outcomes; a run-level failure (collective mismatch,
-        deadlock, timeout) raises an `xlasim.XlasimError` describing every rank. `tee` passes
-        rank output through live as well as capturing it; `style` is how the current test
-        renders failures (ranks in other processes render theirs where they ran).
+        deadlock, timeout) raises an `xlasim.XlasimError` describing every rank.
+
+        Args:
+            fn: the test body or `xla_world.run` function every rank calls; it must pickle
+                when the ranks live in other processes.
+            args: positional arguments, the same for every rank.
+            kwargs: keyword arguments (resolved fixture values), the same for every rank.
+            size: how many ranks take part, 1 up to `self.size` (only `self.size` when
+                `sub_worlds` is False).
+            timeout: seconds the whole run may take before it fails as hung.
+            tee: also write rank output to this process's stdout/stderr, not only capture it.
+            style: how the current test renders failures (ranks in other processes render
+                theirs where they ran); None renders as a session without a test would.
         """

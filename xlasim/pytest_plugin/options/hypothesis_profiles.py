@@ -34,6 +34,14 @@ _chosen_key = pytest.StashKey[bool]()
 
 
 def register(config: pytest.Config, parent=None) -> None:
+    """Register the backends' Hypothesis profiles: no deadline (a first XLA compilation takes
+    seconds), examples kept under the rootdir, fewer examples on a real TPU.
+
+    Args:
+        config: the session's config; its rootdir holds `.hypothesis/examples`.
+        parent: the Hypothesis `settings` the profiles inherit from (the profile loaded
+            automatically, so its options carry over); None inherits Hypothesis' defaults.
+    """
     from hypothesis import settings
     from hypothesis.database import DirectoryBasedExampleDatabase
 

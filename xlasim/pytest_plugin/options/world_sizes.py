@@ -33,7 +33,14 @@ def least_devices(item: pytest.Item) -> int | None:
 
 
 def size_skip(item: pytest.Item, available: int, sub_worlds: bool, backend: str):
-    """Why this session's slice cannot run the test, as (tally key, reason), or None."""
+    """Why this session's slice cannot run the test, as (tally key, reason), or None.
+
+    Args:
+        item: the collected test, read for its `xla` and `xla_min_devices` markers.
+        available: how many ranks (cores) the session's slice has.
+        sub_worlds: whether the backend can run a test on fewer ranks than it has.
+        backend: the backend's name ("emulated" or "native"), for the reason's text.
+    """
     least = least_devices(item)
     if least is not None and least > available:
         return (

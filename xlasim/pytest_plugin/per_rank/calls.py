@@ -66,7 +66,15 @@ def call_test(
     fn: Callable[..., Any], kwargs: dict[str, Any], others: Sequence[OnRank] = ()
 ) -> None:
     """What each rank runs: the test function, with `xla_rank` and the fixtures made on ranks
-    (`rank_fixtures`) made for this rank."""
+    (`rank_fixtures`) made for this rank.
+
+    Args:
+        fn: the test function (its body, possibly wrapped for `--trace`).
+        kwargs: its arguments as the parent resolved them, stand-ins included
+            (`rank_fixtures.for_ranks`).
+        others: rank fixtures the test does not take but that are made on every rank too
+            (autouse, or needed by another fixture).
+    """
     with made(kwargs, others) as values:
         fn(**values)
 

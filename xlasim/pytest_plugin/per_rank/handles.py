@@ -77,11 +77,23 @@ class XlaWorld:
         Raises `xlasim.RankFailedError` (naming each failing rank) when ranks raise. When the
         ranks live in other processes, `fn` and the arguments are pickled to them (a lambda is
         an `xlasim.XlasimError` saying so) and the results pickled back.
+
+        Args:
+            fn: what every rank calls, with no rank argument.
+            args: positional arguments, the same for every rank.
+            kwargs: keyword arguments, the same for every rank.
         """
         return self.run_on(self.size, fn, *args, **kwargs)
 
     def run_on(self, size: int, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> list[Any]:
-        """`run` on a sub-world of the first `size` ranks."""
+        """`run` on a sub-world of the first `size` ranks.
+
+        Args:
+            size: how many ranks take part, 1 up to the session's size; more skips the test.
+            fn: what each of those ranks calls, with no rank argument.
+            args: positional arguments, the same for every rank.
+            kwargs: keyword arguments, the same for every rank.
+        """
         if not 1 <= size <= self.size:
             pytest.skip(f"needs {size} XLA cores, this session has {self.size} (--xla-devices)")
         outcomes = run_ranks(

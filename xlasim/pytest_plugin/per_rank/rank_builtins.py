@@ -154,7 +154,13 @@ def _alone_in_process() -> bool:
 
 
 def captured(binary: bool = False, descriptors: bool = False) -> Generator[RankCapture]:
-    """A rank's capture fixture (see the module's docstring)."""
+    """A rank's capture fixture (see the module's docstring).
+
+    Args:
+        binary: whether `readouterr()` gives bytes (`capsysbinary`, `capfdbinary`), not str.
+        descriptors: capture file descriptors 1 and 2 (`capfd`), not only `sys.stdout` and
+            `sys.stderr`; done only when the rank is alone in its process, else as `capsys`.
+    """
     fds = _Descriptors() if descriptors and _alone_in_process() else None
     out, err = fds.streams if fds is not None else (io.StringIO(), io.StringIO())
     capture = RankCapture(out, err, binary, fds)
@@ -238,7 +244,14 @@ def caplog_on_rank(
     test: str, level: int | None, fmt: str, datefmt: str | None
 ) -> Generator[pytest.LogCaptureFixture]:
     """pytest's `caplog` over a handler that keeps this rank's records; the session's
-    `log_level` lowers the root logger's level as pytest does (once per process and test)."""
+    `log_level` lowers the root logger's level as pytest does (once per process and test).
+
+    Args:
+        test: identifies the test run among this process's (what its ranks here share).
+        level: the session's `log_level` as a logging level number; None leaves levels alone.
+        fmt: the session's `log_format`, for the records' text.
+        datefmt: the session's `log_date_format`; None is logging's default.
+    """
     from _pytest.logging import (
         LogCaptureHandler,
         caplog_handler_key,
@@ -335,7 +348,15 @@ def stand_in(
     item: pytest.Item, test: str, name: str, value: Any
 ) -> tuple[Callable[..., Any], dict[str, Any]] | None:
     """How a rank makes its own `name` (the function and its arguments) when `value` is what
-    pytest's own fixture of that name gave the pytest process; None for anything else."""
+    pytest's own fixture of that name gave the pytest process; None for anything else.
+
+    Args:
+        item: the test, whose config gives `caplog`'s level and formats.
+        test: identifies the test run among this process's, passed to fixtures the test's
+            ranks in one process share (`monkeypatch`, `caplog`).
+        name: the fixture's name in the test's signature.
+        value: what that fixture gave the pytest process.
+    """
     found = BUILTINS.get(name)
     if found is None or not isinstance(value, found[0]):
         return None

@@ -55,6 +55,13 @@ class PytestTerminal(PlainTerminal):
         self.post_mortem_shown = self.post_mortem_quit = False
 
     def opened(self, request: Request, again: bool) -> None:
+        """Suspend pytest's capture and tell its `pytest_enter_pdb` hook as its own debugger
+        does (first session only), then show the traceback, if any, and the session's header.
+
+        Args:
+            request: the session's first request at the terminal (whose rank, which kind).
+            again: whether this session had the terminal before (the header says so).
+        """
         if self._entered is None:
             capman = self._config.pluginmanager.getplugin("capturemanager")
             self._capturing = capman.is_capturing() if capman else False
@@ -78,6 +85,14 @@ class PytestTerminal(PlainTerminal):
             self.post_mortem_shown = True
 
     def closed(self, request: Request, note: str, last: bool) -> None:
+        """Show `note` and how the session ended; `q` ends the pytest session as pytest's own
+        debugger does (a post-mortem's, once the test is reported).
+
+        Args:
+            request: the rank's last request, whose `end` says how the session ended.
+            note: names the ranks whose post-mortems were declined meanwhile; empty if none.
+            last: whether no other rank is stopped (pytest's capture resumes then).
+        """
         writer = self._writer()
         writer.line()
         if note:
@@ -110,7 +125,13 @@ class PytestTerminal(PlainTerminal):
 
 def post_mortem_on_failure(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
     """What a rank runs under `pytest --pdb`: `fn`, and pdb at the frame where it failed (the
-    first failing rank's; `rank_debugger.post_mortem`), before the failure is reported."""
+    first failing rank's; `rank_debugger.post_mortem`), before the failure is reported.
+
+    Args:
+        fn: the rank's function (test body or `xla_world.run` function).
+        args: its positional arguments.
+        kwargs: its keyword arguments.
+    """
     try:
         return fn(*args, **kwargs)
     except BaseException as error:
@@ -138,7 +159,13 @@ def _worth_a_post_mortem(error: BaseException) -> bool:
 
 def on_ranks(config: pytest.Config, item: pytest.Item | None, fn: Callable[..., Any]) -> Any:
     """The function ranks run for `item`: under `--pdb`, with a post-mortem where it fails
-    (not for a test marked xfail, as pytest opens none for those)."""
+    (not for a test marked xfail, as pytest opens none for those).
+
+    Args:
+        config: the session's config, read for `--pdb`.
+        item: the running test; None when no test runs (a session-scoped fixture's run).
+        fn: what the ranks would run without a debugger.
+    """
     if not config.getoption("usepdb", False):
         return fn
     if item is not None and item.get_closest_marker("xfail") is not None:

@@ -129,7 +129,13 @@ def for_ranks(
 ) -> tuple[dict[str, Any], list[OnRank]]:
     """What the ranks get of a marked test's fixtures: its arguments, pytest's builtins among
     them as the ranks' own (stand-ins), and the rank fixtures the test does not take but pytest
-    set up for it (autouse, or wanted by another fixture), to make on every rank too."""
+    set up for it (autouse, or wanted by another fixture), to make on every rank too.
+
+    Args:
+        item: the marked test.
+        funcargs: every fixture value pytest set up for it, by name (`item.funcargs`).
+        argnames: the names the test function takes, in its signature's order.
+    """
     test = f"{os.getpid()}-{next(_tests)}"  # what the test's ranks share in a process
 
     def for_rank(name: str, value: Any) -> Any:
@@ -152,7 +158,13 @@ def for_ranks(
 def made(arguments: Mapping[str, Any], others: Sequence[OnRank] = ()) -> Iterator[dict[str, Any]]:
     """On a rank: the test's arguments with every stand-in made into the rank's own value (each
     fixture once), torn down in reverse order when the body is done. A teardown that raises
-    fails the rank; after a body that raised, it is added to that error as a note."""
+    fails the rank; after a body that raised, it is added to that error as a note.
+
+    Args:
+        arguments: the test's arguments as `for_ranks` gave them: values, stand-ins (`OnRank`)
+            and the `xla_rank` placeholder.
+        others: stand-ins of rank fixtures the test does not take, made (and torn down) too.
+    """
     rank_view: list[XlaRank] = []
     values: dict[str, Any] = {}
     teardowns: list[tuple[str, Generator[Any, None, None]]] = []

@@ -112,7 +112,15 @@ def pack(
     where: str,
     style: FailureStyle,
 ) -> RemoteJob:
-    """Pickle a job for ranks in other processes; `NotPicklableError` says what did not pickle."""
+    """Pickle a job for ranks in other processes; `NotPicklableError` says what did not pickle.
+
+    Args:
+        fn: the function the remote ranks call; must be importable by name (module level).
+        args: its positional arguments, pickled with it.
+        kwargs: its keyword arguments (fixture values already resolved), pickled with it.
+        where: why the ranks are in other processes, the start of the error's message.
+        style: how the ranks render a failure, carried in the job.
+    """
     buffer = io.BytesIO()
     pickler = _RecordingPickler(buffer)
     try:

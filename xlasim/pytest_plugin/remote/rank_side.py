@@ -113,7 +113,12 @@ def run_job(job: RemoteJob) -> Any:
 def render_failure(style: FailureStyle, error: BaseException) -> Any:
     """pytest's rendering of a rank's failure (`Collect.render`, run where it was raised), or
     None when no user code ran: an error raised by the emulator's own call of the function
-    (arguments that do not fit it) reads best as its one-line text."""
+    (arguments that do not fit it) reads best as its one-line text.
+
+    Args:
+        style: the current test's traceback options and paths, as the parent process read them.
+        error: what the rank raised, with its traceback.
+    """
     if first_user(error.__traceback__) is None:
         return None
     return _pytest_repr(error, style)

@@ -75,7 +75,15 @@ class XlaMetrics:
     def check(
         self, *, compilations: int | None = None, fallbacks: int | None = None, ranks: int = 1
     ) -> None:
-        """Raise `XlaMetricsError` when a count exceeds its bound (`fallbacks` times `ranks`)."""
+        """Raise `XlaMetricsError` when a count exceeds its bound (`fallbacks` times `ranks`).
+
+        Args:
+            compilations: most graphs the process may have compiled since the fixture was set
+                up (or reset); None bounds nothing.
+            fallbacks: most CPU fallback ops per rank over the same span; None bounds nothing.
+            ranks: how many ranks' work the counts hold (the session's counters add up every
+                rank's), the factor on `fallbacks`.
+        """
         __tracebackhide__ = True  # the failure points at the caller's check, not in here
         check_counts(self._delta(), compilations=compilations, fallbacks=fallbacks, ranks=ranks)
 
@@ -90,7 +98,15 @@ def check_counts(
     fallbacks: int | None = None,
     ranks: int = 1,
 ) -> None:
-    """Raise `XlaMetricsError` naming every bound that `delta` exceeds."""
+    """Raise `XlaMetricsError` naming every bound that `delta` exceeds.
+
+    Args:
+        delta: the growth of the XLA counters to check, by counter name (compiled graphs,
+            `aten::` fallbacks).
+        compilations: most graphs `delta` may show compiled; None bounds nothing.
+        fallbacks: most CPU fallback ops per rank; None bounds nothing.
+        ranks: how many ranks' work `delta` holds, the factor on `fallbacks`.
+    """
     __tracebackhide__ = True
     problems = []
     if compilations is not None and delta[COMPILED_GRAPHS] > compilations:

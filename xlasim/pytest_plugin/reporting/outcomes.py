@@ -67,7 +67,13 @@ CORE_RUN_CONVENTION = (
 def never_called(errors: Sequence[BaseException], tracebacks: Sequence[str]) -> bool:
     """Whether every rank's call failed on its arguments before any of the function ran (a
     `TypeError` from the call itself: no frame of user code in its traceback). That is the
-    sign of a function written for the other rank-argument convention."""
+    sign of a function written for the other rank-argument convention.
+
+    Args:
+        errors: what each rank raised, one per rank; empty is not "never called".
+        tracebacks: each rank's traceback as text, in the same order, looked through for
+            user frames when the error's own traceback object did not travel (other processes).
+    """
     return bool(errors) and all(
         type(error) is TypeError and _BINDING.match(str(error)) and not has_user_frames(error, text)
         for error, text in zip(errors, tracebacks)

@@ -15,7 +15,13 @@ import pytest
 
 def say(config: pytest.Config, line: str) -> None:
     """Write `line` to the terminal now (nothing under `-qq` or in an xdist worker, whose
-    output the controller does not show)."""
+    output the controller does not show).
+
+    Args:
+        config: the session's config: its verbosity, and its terminal reporter or capture
+            manager, whichever exists yet.
+        line: the text to write, without a newline.
+    """
     if _verbosity(config) < -1 or "PYTEST_XDIST_WORKER" in os.environ:
         return
     reporter = config.pluginmanager.get_plugin("terminalreporter")

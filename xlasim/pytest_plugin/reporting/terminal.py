@@ -117,7 +117,12 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 def write_line(config: pytest.Config, line: str) -> None:
-    """A line of the plugin's own in pytest's output (none under xdist workers or -q -q)."""
+    """A line of the plugin's own in pytest's output (none under xdist workers or -q -q).
+
+    Args:
+        config: the session's config, for its terminal reporter and verbosity.
+        line: the text to write, without a newline.
+    """
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None and config.get_verbosity() >= 0:
         reporter.ensure_newline()

@@ -181,7 +181,16 @@ class SpmdWorkers:
         trace: Path | None = None,
     ) -> RankOutcome:
         """Run `fn(**kwargs)` for `item` in the SPMD world of `devices`, recording into
-        `trace` when given; a dead or stopped worker is replaced before the next test."""
+        `trace` when given; a dead or stopped worker is replaced before the next test.
+
+        Args:
+            item: the SPMD test: its failure style, `-s`, timeout and node id.
+            fn: the test function, or a `FunctionReference` the worker imports it by
+                (a Hypothesis `@given` test, whose wrapper does not pickle).
+            kwargs: its fixture values as the parent resolved them, `xla_mesh` a placeholder.
+            devices: how many devices the SPMD world has; one worker per count.
+            trace: the directory the worker records into; None records nothing.
+        """
         worker = self._workers.get(devices)
         if worker is None or not worker.alive:
             worker = self._workers[devices] = _WorkerProcess(devices, self._identity_of(devices))
@@ -242,7 +251,13 @@ class FunctionReference:
 
 
 def call_spmd_test(fn: Callable[..., Any] | FunctionReference, kwargs: dict[str, Any]) -> None:
-    """What the SPMD worker runs: the test function, with `xla_mesh` built there."""
+    """What the SPMD worker runs: the test function, with `xla_mesh` built there.
+
+    Args:
+        fn: the test function, or a `FunctionReference` imported here to find it.
+        kwargs: its fixture values; a `MeshPlaceholder` among them becomes a 1-D mesh over
+            every device of the worker.
+    """
     if isinstance(fn, FunctionReference):
         fn = fn.load()
     if any(isinstance(value, MeshPlaceholder) for value in kwargs.values()):

@@ -46,7 +46,17 @@ class SpmdSpec:
 def main(spec: SpmdSpec, control: Connection, flush_control: Connection) -> None:
     """Entry point: set the SPMD world up, say how many devices it has, then run jobs (each
     recorded into the trace directory it comes with, if any; `flush_control` has what was
-    recorded written out while a test hangs)."""
+    recorded written out while a test hangs).
+
+    Args:
+        spec: the world to set up: device count, slice identity, the parent's environment,
+            import path, working directory and Hypothesis profile.
+        control: the connection to the pytest process: "ready" out, then jobs in and outcomes
+            out until a message other than a job (or a closed connection) ends the worker.
+        flush_control: a connection of its own on which the pytest process asks for the
+            recorded events and coverage data to be written out (served by another thread,
+            so a hung test does not block it).
+    """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the pytest process owns Ctrl-C
     from ...emulation import spmd
     from ...events import flushing, hooks
