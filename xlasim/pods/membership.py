@@ -60,8 +60,7 @@ class PodSettings:
             topology: the whole slice the pod emulates.
             machine: a machine rank of the pod.
         """
-        share = topology.hosts // self.machines
-        return range(machine * share, (machine + 1) * share)
+        return self._share(topology.hosts, machine)
 
     def ranks_of(self, topology: Topology, machine: int) -> range:
         """The global ranks `machine` holds (its hosts' cores).
@@ -70,7 +69,11 @@ class PodSettings:
             topology: the whole slice the pod emulates.
             machine: a machine rank of the pod.
         """
-        share = topology.devices // self.machines
+        return self._share(topology.devices, machine)
+
+    def _share(self, total: int, machine: int) -> range:
+        """`machine`'s equal, contiguous share of `total` things (hosts, ranks)."""
+        share = total // self.machines
         return range(machine * share, (machine + 1) * share)
 
     def machine_of(self, topology: Topology, rank: int) -> int:
