@@ -29,12 +29,6 @@ PACKAGE = Path(xlasim.__file__).parent
 
 TOP_LEVEL = "top-level"
 
-#: Folders whose blocks are still being written (issue 36); strict, so the test says when one
-#: is done and its mark should go.
-NOT_YET_WRITTEN = {
-    "emulation",
-}
-
 #: An entry of the block: `name:` or `name (type):`, then the description or the line's end.
 _ENTRY = re.compile(r"(\w+)(?: \([^)]*\))?:(?:\s|$)")
 
@@ -122,19 +116,7 @@ def _modules(folder: str) -> list[Path]:
     return sorted((PACKAGE / folder).rglob("*.py"))
 
 
-def _case(folder: str) -> object:
-    if folder not in NOT_YET_WRITTEN:
-        return folder
-    reason = "issue 36: Args blocks not yet written here"
-    return pytest.param(folder, marks=pytest.mark.xfail(strict=True, reason=reason))
-
-
-@pytest.mark.parametrize("folder", [_case(f) for f in _folders()])
+@pytest.mark.parametrize("folder", _folders())
 def test_public_functions_of_two_or_more_parameters_describe_each(folder: str) -> None:
     problems = [problem for path in _modules(folder) for problem in _problems(path)]
     assert not problems, f"{len(problems)} in {folder}:\n" + "\n".join(problems)
-
-
-def test_every_folder_still_named_as_not_yet_written_exists() -> None:
-    """A renamed or removed folder left in NOT_YET_WRITTEN would hide nothing but mislead."""
-    assert sorted(NOT_YET_WRITTEN - set(_folders())) == []

@@ -1,8 +1,8 @@
-"""A collective is one declaration: its record in `xlasim/emulation/collective_registry.py`.
+"""A collective is one module: its `RECORD` in `xlasim/emulation/collectives/<name>.py`.
 
 The registry must name exactly torch_xla's collectives of `base/collective_names.py` (the list
-tracing records), and every record must reach each place that serves it: its eager function
-uses the combine arithmetic it names, `xm.<name>` and its `_XLAC` aliases are patched, tracing
+tracing records), one module each, and every record must reach each place that serves it: its
+eager function uses the combine arithmetic it names, `xm.<name>` and its `_XLAC` aliases are patched, tracing
 wraps it, `torch.compile` traces it as the op (or breaks the graph at it, refusing
 fullgraph=True), and docs/compat.md lists it.
 """
@@ -10,7 +10,9 @@ fullgraph=True), and docs/compat.md lists it.
 from __future__ import annotations
 
 import json
+import pkgutil
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,8 +21,8 @@ import torch_xla
 import torch_xla.core.xla_model as xm
 
 from xlasim.base.collective_names import XM_COLLECTIVES
-from xlasim.emulation import patches
-from xlasim.emulation.collective_registry import REGISTRY, XLAC_ALIASES
+from xlasim.emulation import collectives, patches
+from xlasim.emulation.collectives import REGISTRY, XLAC_ALIASES, ordered
 from xlasim.events import hooks
 
 COMPAT_TABLE = Path(__file__).resolve().parents[2] / "docs" / "compat.md"
@@ -41,6 +43,22 @@ EXAMPLES = {
 def test_the_registry_is_the_names_list_in_order():
     assert tuple(REGISTRY) == XM_COLLECTIVES
     assert all(name == record.name for name, record in REGISTRY.items())
+
+
+def test_each_public_module_of_the_package_is_one_collective():
+    public = [m.name for m in pkgutil.iter_modules(collectives.__path__) if m.name[0] != "_"]
+    records = [getattr(collectives, name).RECORD for name in public]
+    assert sorted(r.name for r in records) == sorted(REGISTRY)
+    assert all(REGISTRY[r.name] is r for r in records)
+    assert all(r.eager.__module__ == f"{collectives.__name__}.{m}" for r, m in zip(records, public))
+
+
+def test_a_collective_without_its_module_or_its_name_is_refused_naming_it():
+    records = list(REGISTRY.values())
+    with pytest.raises(ImportError, match=r"no module .* declares a RECORD for \['recv'\]"):
+        ordered([r for r in records if r.name != "recv"], XM_COLLECTIVES)
+    with pytest.raises(ImportError, match=r"declares \['all_max'\], which .* does not name"):
+        ordered([*records, replace(REGISTRY["all_reduce"], name="all_max")], XM_COLLECTIVES)
 
 
 def test_each_eager_function_runs_the_combine_of_its_record():

@@ -72,7 +72,7 @@ MUST_STAY_LAZY = {
     ("xlasim.emulation.patches", "torch_xla"),
     ("xlasim.emulation.patches", "torch_xla.core.xla_model"),
     ("xlasim.emulation.patches", "torch_xla.runtime"),
-    ("xlasim.emulation.patches", "xlasim.emulation.collective_registry"),
+    ("xlasim.emulation.patches", "xlasim.emulation.collectives"),
     ("xlasim.emulation.patches", "xlasim.emulation.compiled"),
     ("xlasim.emulation.patches", "xlasim.emulation.distributed"),
     ("xlasim.emulation.patches", "xlasim.emulation.seeding"),

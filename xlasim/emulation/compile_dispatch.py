@@ -4,8 +4,8 @@ Dynamo cannot trace the emulation (rank threads, locks, frame inspection), so wh
 `xm` collective the collective becomes one opaque op, `xlasim::collective(Tensor[] tensors,
 str request) -> Tensor[]` (defined, with its kernels, in `compiled.py`), and collectives that
 cannot be graph nodes (send, recv, rendezvous) break the graph, as torch_xla's do on a TPU. Each
-collective's record (`collective_registry.py`) says which, and holds its traced twin; this module
-is the machinery they share (`traced_as`, `between_graphs`, the op's call).
+collective's record (its module in `collectives/`) says which, and holds its traced twin; this
+module is the machinery they share (`traced_as`, `between_graphs`, the op's call).
 """
 
 from __future__ import annotations
@@ -79,13 +79,24 @@ def between_graphs(eager: F) -> F:
 
 @torch.compiler.assume_constant_result
 def request(op: str, args: Args) -> str:
-    """The op's `request` argument; a constant of the traced graph (dynamo calls this once)."""
+    """The op's `request` argument; a constant of the traced graph (dynamo calls this once).
+
+    Args:
+        op: the collective's name.
+        args: its arguments, JSON-able.
+    """
     return json.dumps([op, args])
 
 
 def call(op: str, tensors: list[torch.Tensor], **args: Any) -> list[torch.Tensor]:
     """Run emulated collective `op` (an `xm` function name) through the op: in a graph when
-    traced, else now."""
+    traced, else now.
+
+    Args:
+        op: the collective's name.
+        tensors: its tensor inputs.
+        args: its other arguments, JSON-able.
+    """
     return torch.ops.xlasim.collective(tensors, request(op, args))
 
 
@@ -100,7 +111,12 @@ def tensor_list(value: Tensors) -> tuple[list[torch.Tensor], bool]:
 
 
 def copy_into(targets: Sequence[torch.Tensor], values: Sequence[torch.Tensor]) -> None:
-    """Write a traced collective's results into the caller's tensors (its in-place forms)."""
+    """Write a traced collective's results into the caller's tensors (its in-place forms).
+
+    Args:
+        targets: the caller's tensors.
+        values: the results, one per target.
+    """
     with torch.no_grad():
         for target, value in zip(targets, values):
             target.copy_(value)

@@ -18,7 +18,7 @@ constant: every later call would return the first call's result. So:
   once per collective its program calls, whichever rank compiles when.
 
 Under dynamo the `xm` functions become calls of the op (their records' traced twins,
-`collective_registry.py`), and `xla_level.py` maps torch.distributed's traceable collectives onto
+`collectives/`), and `xla_level.py` maps torch.distributed's traceable collectives onto
 the same op; this module is the op's kernels (each record's shape rule and kernel, looked up by
 the collective's name in the op's request) and the bridge's changes.
 """
@@ -38,7 +38,7 @@ import torch
 
 from ..base import emulated_slice
 from ..base.errors import UnsupportedCollectiveError
-from .collective_registry import REGISTRY, XLAC_ALIASES
+from .collectives import REGISTRY, XLAC_ALIASES
 from .compile_dispatch import NAMESPACE
 from .transfer import to_device, to_host
 

@@ -22,7 +22,7 @@ from torch.distributed import distributed_c10d as c10d
 from ..base import rank_context
 from ..reports.callsite import call_location
 from . import queries
-from .collectives import check_received
+from .collectives.recv import check_received
 from .rendezvous import Call
 from .transfer import to_device, to_host
 from .world_of_one import or_world_of_one, warn_outside

@@ -62,7 +62,7 @@ def _targets() -> list[Patch]:
     from ..reports import traced_counters
     from ..tpu import arithmetic, memory
     from . import compiled, distributed, queries, seeding, spmd, world_of_one
-    from .collective_registry import REGISTRY
+    from .collectives import REGISTRY
 
     runtime_originals = {
         name: getattr(xr, name)

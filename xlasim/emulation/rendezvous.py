@@ -118,12 +118,25 @@ class RunObjects:
         self._objects_lock = threading.Lock()
 
     def shared(self, key: Any, factory: Callable[[], Any]) -> Any:
+        """The run's object under `key`, made by `factory` on first use, shared by its ranks.
+
+        Args:
+            key: what names it in this run.
+            factory: makes it, once.
+        """
         with self._objects_lock:
             if key not in self._objects:
                 self._objects[key] = factory()
             return self._objects[key]
 
     def per_rank(self, rank: int, key: Any, factory: Callable[[], Any]) -> Any:
+        """`rank`'s own object under `key`, made by `factory` on its first use.
+
+        Args:
+            rank: the rank it belongs to.
+            key: what names it for that rank.
+            factory: makes it, once per rank.
+        """
         return self.shared((key, rank), factory)
 
 
@@ -174,7 +187,12 @@ class Run(RunObjects):
 
     def mark_remote(self, ranks: Sequence[int], machines: Any) -> None:
         """Ranks that run on other machines of a pod: this run neither starts nor waits for
-        them; collectives with them complete through `machines.meet` (xlasim/machines)."""
+        them; collectives with them complete through `machines.meet` (xlasim/pods).
+
+        Args:
+            ranks: the global ranks other machines run.
+            machines: this machine's link to the pod (`pods/meeting.py`'s `PodMeetings`).
+        """
         self.machines = machines
         for rank in ranks:
             self._states[rank].status = REMOTE
@@ -240,6 +258,14 @@ class Run(RunObjects):
 
         The rank that completes the slot computes `combine` once for everyone; every
         participant gets the same object back and must not mutate it.
+
+        Args:
+            rank: the calling rank.
+            participants: the group's ranks, in group order.
+            call: the rank's call, which must match the others'.
+            payload: what the rank brings (host tensors, bytes).
+            combine: makes the result from the payloads in participant order; None returns the
+                payloads.
         """
         self.point(rank, f"enter {call.op} at {call.location}")
         with synchronizing():
@@ -325,7 +351,14 @@ class Run(RunObjects):
 
     def send(self, rank: int, channel: Any, call: Call, payload: Any) -> None:
         """Deposit a message; sends never block, as XLA's do not until the receiver runs. On a
-        pod the channel's mailbox is the pod's (`machines.post`): any rank may receive."""
+        pod the channel's mailbox is the pod's (`machines.post`): any rank may receive.
+
+        Args:
+            rank: the sending rank.
+            channel: the mailbox's name.
+            call: the sender's call, handed to the receiver with the payload.
+            payload: what is sent.
+        """
         self.point(rank, f"send at {call.location}")
         with synchronizing():
             with self.cond:
@@ -342,7 +375,13 @@ class Run(RunObjects):
             self.machines.post(self, rank, channel, call, payload)
 
     def receive(self, rank: int, channel: Any, call: Call) -> tuple[Call, Any]:
-        """Take the oldest message of a channel, waiting (bounded) until one is there."""
+        """Take the oldest message of a channel, waiting (bounded) until one is there.
+
+        Args:
+            rank: the receiving rank.
+            channel: the mailbox's name.
+            call: the receiver's call, named if the wait ends in an error.
+        """
         self.point(rank, f"receive at {call.location}")
         with synchronizing():
             if self.machines is None:
@@ -506,7 +545,12 @@ class Run(RunObjects):
 
     def debug(self, rank: int, request: Request) -> str | None:
         """A rank's debugger asks the terminal (`reports/rank_debugger.py`); the launching
-        thread serves it (`World`), one session at a time."""
+        thread serves it (`World`), one session at a time; returns the terminal's answer.
+
+        Args:
+            rank: the rank whose debugger asks.
+            request: what it asks (a prompt to show, or the end of its session).
+        """
         with self.cond:
             if self.desk is None:
                 self.desk = Desk(wake=self._wake)

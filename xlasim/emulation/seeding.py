@@ -31,7 +31,12 @@ def _shared_process_ranks() -> int:
 
 
 def warn_when_shared(seed: Callable[..., Any], name: str) -> Callable[..., Any]:
-    """`seed` (e.g. `torch.manual_seed`), warning when called in a rank that shares its process."""
+    """`seed` (e.g. `torch.manual_seed`), warning when called in a rank that shares its process.
+
+    Args:
+        seed: the seeding function wrapped.
+        name: how the warning names it (`torch.manual_seed`).
+    """
 
     @functools.wraps(seed)
     def seeding(*args: Any, **kwargs: Any) -> Any:

@@ -51,6 +51,10 @@ def to_host(tensors: Sequence[torch.Tensor], copy: bool = False) -> list[torch.T
     XLA tensors are materialized (one execution for all of them) and returned as views of their
     device buffers, valid while the XLA tensors live; `copy=True` gives independent copies
     (needed when the values leave this process).
+
+    Args:
+        tensors: XLA or CPU tensors.
+        copy: whether to return copies rather than views.
     """
     xla = [t for t in tensors if t.device.type == "xla"]
     if xla:  # the HBM the inputs' graph would take is checked before it runs (xlasim/tpu/memory.py)
@@ -71,6 +75,10 @@ def to_device(tensors: Sequence[torch.Tensor], device: torch.device | str) -> li
     path's kernel (`compiled.py`, which copied its inputs to the host already) hands it to XLA
     as views, torch_xla's `xla` process group copies it into its outputs, and a received
     value is cloned first (`recv`, never aliasing the sender).
+
+    Args:
+        tensors: host tensors.
+        device: where they go: a rank's XLA device, or the CPU.
     """
     device = torch.device(device)
     if device.type != "xla":

@@ -7,7 +7,7 @@
   through `xlasim::collective` (eagerly, or as an opaque node of a compiled graph).
 - `torch_xla._XLAC._xla_all_reduce` and its siblings build the same in-graph collectives and
   have no emulated equivalent at that level: on a rank they raise instead of hanging the process
-  (each collective's record lists its own, `collective_registry.py`; `compiled.patches` installs
+  (each collective's record lists its own, `collectives/`; `compiled.patches` installs
   the refusals).
 """
 
@@ -170,7 +170,7 @@ def refuse_on_ranks(name: str, instead: str, original: Callable[..., Any]) -> Ca
     """`torch_xla._XLAC.<name>`, raising on an emulated rank (elsewhere it is the original).
 
     Args:
-        name: the `_XLAC` function (an alias in a collective's record, `collective_registry.py`).
+        name: the `_XLAC` function (an alias in a collective's record, `collectives/`).
         instead: the `xm` collective the error tells the rank to call.
         original: torch_xla's function.
     """
