@@ -62,6 +62,11 @@ def pytest_configure(config):
     )
     config.addinivalue_line(
         "markers",
+        "same_on_every_slice: uses the session's world but not its size (a world of one), so "
+        "it is not `portable`: the 8-core run checks it, the smaller slices' steps would repeat it",
+    )
+    config.addinivalue_line(
+        "markers",
         "slow: takes long (tests/faults' slow cells, tests/pods' pods); deselected unless "
         "-m names it (`-m slow`), run by CI in steps of their own",
     )
@@ -92,6 +97,8 @@ def _deselect_opt_in(config, items) -> None:
 def pytest_collection_modifyitems(config, items):
     _deselect_opt_in(config, items)
     for item in items:
+        if item.get_closest_marker("same_on_every_slice"):
+            continue
         if any(item.get_closest_marker(name) for name in SLICE_MARKERS) or any(
             name in item.fixturenames for name in SLICE_FIXTURES
         ):

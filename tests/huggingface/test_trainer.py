@@ -169,6 +169,7 @@ def _native_losses(tmp_path: Path, dropout: float, as_on_a_tpu: bool) -> list[fl
     ids=["no-dropout", "dropout"],
 )
 @pytest.mark.xla_timeout(SLOW_RUN_S)
+@pytest.mark.same_on_every_slice  # 15-18 s at each slice size, for the same world of one
 def test_world_of_one_equals_native_torch_xla(xla_world, tmp_path, emulated, dropout):
     """A Trainer run on a world of 1 computes what native torch_xla computes on one device
     when accelerate takes the branches it takes on a TPU, loss for loss, bit for bit (random
