@@ -300,6 +300,52 @@ def test_rendezvous_of_some_replicas_is_refused_as_by_torch_xla(world):
     assert failure.value.ranks == [1, 3]
 
 
+#: Each tensor collective called on a host tensor `x` (or with a host `output`), on a world of 2.
+HOST_TENSOR_CALLS = [
+    pytest.param("xm.all_reduce", lambda x: xm.all_reduce(xm.REDUCE_SUM, x), id="all_reduce"),
+    pytest.param("xm.all_reduce", lambda x: xm.all_reduce(xm.REDUCE_SUM, [x]), id="list"),
+    pytest.param("xm.all_gather", lambda x: xm.all_gather(x), id="all_gather"),
+    pytest.param(
+        "xm.all_gather",
+        lambda x: xm.all_gather(x.to(torch_xla.device()), output=torch.zeros(4)),
+        id="output",
+    ),
+    pytest.param(
+        "xm.reduce_scatter",
+        lambda x: xm.reduce_scatter(xm.REDUCE_SUM, x, 1.0, 0, 2),
+        id="reduce_scatter",
+    ),
+    pytest.param("xm.all_to_all", lambda x: xm.all_to_all(x, 0, 0, 2), id="all_to_all"),
+    pytest.param(
+        "xm.collective_permute",
+        lambda x: xm.collective_permute(x, [[0, 1], [1, 0]]),
+        id="collective_permute",
+    ),
+    pytest.param("xm.collective_broadcast", lambda x: xm.collective_broadcast([x]), id="broadcast"),
+    pytest.param("xm.send", lambda x: xm.send(x, 5), id="send"),
+    pytest.param("xm.recv", lambda x: xm.recv(x, 5), id="recv"),
+]
+
+
+@pytest.mark.parametrize(("api", "call"), HOST_TENSOR_CALLS)
+def test_a_host_tensor_is_refused_naming_the_rank_and_the_fix_as_a_tpu_refuses_it(world, api, call):
+    """On a TPU a CPU tensor reaches torch.ops._c10d_functional with no process group, or
+    torch_xla._XLAC's collectives, which take XLA tensors only: the call fails there, so it
+    must fail here, before any rank waits for the others."""
+    with pytest.raises(RuntimeError, match="got a tensor on cpu") as failure:
+        world.run(lambda rank: call(torch.arange(2.0)), size=2)
+    message = str(failure.value)
+    assert f"{api} on rank " in message and "tensor.to(torch_xla.device())" in message
+    assert failure.value.ranks == [0, 1]
+
+
+def test_a_host_tensor_in_a_world_of_one_all_reduce_comes_back_as_torch_xla_returns_it(world):
+    """torch_xla's all_reduce skips a world of 1 before it looks at the tensor: a clone."""
+    host = torch.arange(3.0)
+    (result,) = world.run(lambda rank: xm.all_reduce(xm.REDUCE_SUM, host), size=1)
+    assert result.device.type == "cpu" and torch.equal(result, host) and result is not host
+
+
 def test_optimizer_step_averages_gradients_and_broadcast_master_param(world):
     def fn(rank):
         device = torch_xla.device()

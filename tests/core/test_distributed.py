@@ -1,5 +1,10 @@
 """torch.distributed with the xla backend on emulated ranks: each rank has its own process group."""
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -147,16 +152,13 @@ def test_rooted_and_object_collectives(world):
         dist.scatter(scattered, scatter_list=sources, src=0)
         exchanged = [torch.zeros(1, device=device) for _ in range(4)]
         dist.all_to_all(exchanged, [full(10 * rank + r, 1, device) for r in range(4)])
-        objects = [None] * 4
-        dist.all_gather_object(objects, {"rank": rank, "pad": "x" * rank})
-        broadcast = [{"from": rank}]
-        dist.broadcast_object_list(broadcast, src=2)
+        broadcast = [{"from": rank, "pad": "x" * rank}]
+        dist.broadcast_object_list(broadcast, src=2, device=device)
         return {
             "reduced": reduced.cpu().tolist(),
             "gathered": [g.cpu().tolist() for g in gathered] if gathered else None,
             "scattered": scattered.cpu().tolist(),
             "exchanged": [e.item() for e in exchanged],
-            "objects": objects,
             "broadcast": broadcast,
         }
 
@@ -166,5 +168,35 @@ def test_rooted_and_object_collectives(world):
     for rank, seen in enumerate(results):
         assert seen["scattered"] == [10.0 + rank] * 2
         assert seen["exchanged"] == [10.0 * source + rank for source in range(4)]
-        assert seen["objects"] == [{"rank": r, "pad": "x" * r} for r in range(4)]
-        assert seen["broadcast"] == [{"from": 2}]
+        assert seen["broadcast"] == [{"from": 2, "pad": "xx"}]
+
+
+OBJECT_COLLECTIVES = {
+    "all_gather_object": lambda rank: dist.all_gather_object([None] * 2, {"rank": rank}),
+    "gather_object": lambda rank: dist.gather_object({"rank": rank}, [None] * 2, dst=0),
+    "broadcast_object_list": lambda rank: dist.broadcast_object_list([{"rank": rank}], src=0),
+}
+
+
+@pytest.mark.parametrize("name", OBJECT_COLLECTIVES)
+def test_object_collectives_without_a_device_are_refused_as_torch_xla_refuses_them(world, name):
+    """torch registers no device for ProcessGroupXla, so its object collectives pack objects
+    into CPU tensors, which torch_xla's collectives refuse (pytorch/xla#5492): on a TPU, and
+    natively on a CPU device (fixtures/object_collectives_on_xla.py, the next test)."""
+    call = OBJECT_COLLECTIVES[name]
+    with pytest.raises(RuntimeError, match="got a tensor on cpu") as failure:
+        world.run(with_process_group(lambda rank, device: call(rank)), size=2)
+    assert "pytorch/xla#5492" in str(failure.value)
+
+
+def test_native_torch_xla_refuses_the_object_collectives_too():
+    """The reproduction without xlasim: exit 0 when torch_xla refuses the three calls without
+    `device=` and runs `broadcast_object_list(device=torch_xla.device())`."""
+    script = Path(__file__).resolve().parents[2] / "fixtures" / "object_collectives_on_xla.py"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("XLASIM")}
+    env.update(PJRT_DEVICE="CPU", CPU_NUM_DEVICES="1")
+    done = subprocess.run(
+        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "all_gather_object: refused: Expected XLA tensor" in done.stdout

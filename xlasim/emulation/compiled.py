@@ -38,7 +38,7 @@ import torch
 
 from ..base import emulated_slice
 from ..base.errors import UnsupportedCollectiveError
-from .collectives import REGISTRY, XLAC_ALIASES
+from .collectives import REGISTRY, XLAC_ALIASES, host_copies
 from .compile_dispatch import NAMESPACE
 from .transfer import to_device, to_host
 
@@ -70,7 +70,9 @@ def _serve(tensors: list[torch.Tensor], text: str) -> list[torch.Tensor]:
         return [
             torch.zeros(shape, dtype=t.dtype, device=device) for t, shape in zip(tensors, shapes)
         ]
-    return to_device(REGISTRY[op].kernel(to_host(tensors, copy=True), args), device)
+    with host_copies():  # the inputs' one copy, on the host: the collective takes it as is
+        results = REGISTRY[op].kernel(to_host(tensors, copy=True), args)
+    return to_device(results, device)
 
 
 def define(library: torch.library.Library) -> None:

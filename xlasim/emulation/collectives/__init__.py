@@ -26,7 +26,10 @@ import pkgutil
 from collections.abc import Iterable
 
 from ...base.collective_names import XM_COLLECTIVES
+from ._arguments import host_copies
 from ._record import CollectiveRecord
+
+__all__ = ["REGISTRY", "XLAC_ALIASES", "CollectiveRecord", "host_copies", "ordered"]
 
 
 def ordered(

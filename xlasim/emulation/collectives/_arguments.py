@@ -3,7 +3,9 @@ meeting (the arguments that must agree across ranks, and the user's source line)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import torch
@@ -13,6 +15,44 @@ from ...reports.callsite import call_location
 from ..rendezvous import Call
 
 Groups = Sequence[Sequence[int]] | None
+
+#: Set while the compiled path's kernel runs a collective on host copies of its inputs.
+_on_host_copies: ContextVar[bool] = ContextVar("on_host_copies", default=False)
+
+
+@contextmanager
+def host_copies() -> Iterator[None]:
+    """Within: the collectives run on host copies of XLA tensors (the compiled path's kernel,
+    `compiled.py`), which `require_xla` lets through."""
+    token = _on_host_copies.set(True)
+    try:
+        yield
+    finally:
+        _on_host_copies.reset(token)
+
+
+def require_xla(tensors: Sequence[torch.Tensor], api: str) -> None:
+    """Refuse tensors that are not on an XLA device, as torch_xla's collectives do on a TPU
+    (a CPU tensor reaches `torch.ops._c10d_functional` with no process group, or
+    `_XLAC._xla_all_reduce` and its siblings, which take XLA tensors only).
+
+    Args:
+        tensors: the caller's tensors, inputs and outputs.
+        api: the collective the caller called (`xm.all_reduce`).
+    """
+    if _on_host_copies.get():
+        return
+    for tensor in tensors:
+        if tensor.device.type != "xla":
+            ctx = rank_context.require(api)
+            raise RuntimeError(
+                f"{api} on rank {ctx.rank} got a tensor on {tensor.device} "
+                f"({describe_tensors([tensor])}): torch_xla's collectives take tensors on an XLA "
+                "device and refuse others on a TPU; move it there first "
+                "(`tensor.to(torch_xla.device())`). torch.distributed's object collectives "
+                "make such tensors over the `xla` backend unless given `device=` "
+                "(pytorch/xla#5492)"
+            )
 
 
 def normalized_groups(groups: Groups) -> tuple[tuple[int, ...], ...] | None:

@@ -20,6 +20,7 @@ from ._arguments import (
     group_of,
     members_here,
     normalized_groups,
+    require_xla,
 )
 from ._delivery import deliver
 from ._record import Args, CollectiveRecord, Shape, resized
@@ -47,6 +48,7 @@ def all_gather(
     """
     ctx = rank_context.require("xm.all_gather")
     tensors, single = as_list(value, "value")
+    require_xla(tensors + ([] if output is None else as_list(output, "output")[0]), "xm.all_gather")
     if not single and pin_layout:
         raise RuntimeError(
             "For xm.all_gather with list of tensors input, pin_layout=True is not yet supported."

@@ -18,6 +18,7 @@ from ._arguments import (
     described_call,
     group_of,
     normalized_groups,
+    require_xla,
 )
 from ._delivery import copy_into
 from ._record import Args, CollectiveRecord, same_shapes
@@ -47,6 +48,7 @@ def all_reduce(
     if ctx.world_size == 1 and not xu.getenv_as("XLA_ALWAYS_ALLREDUCE", bool, False):
         return inputs.clone() if isinstance(inputs, torch.Tensor) else inputs
     tensors, single = as_list(inputs, "inputs")
+    require_xla(tensors, "xm.all_reduce")
     traced_counters.bump("AllReduce" if single else "AllReduceInPlace")
     for tensor in tensors:
         check_reduce_type(reduce_type, tensor.dtype)

@@ -17,6 +17,7 @@ from ._arguments import (
     described_call,
     group_of,
     normalized_groups,
+    require_xla,
 )
 from ._record import Args, CollectiveRecord, Shape, resized
 
@@ -40,6 +41,7 @@ def all_to_all(
         pin_layout: accepted for torch_xla's signature; the emulation has one layout.
     """
     ctx = rank_context.require("xm.all_to_all")
+    require_xla([value], "xm.all_to_all")
     traced_counters.bump("AllToAll")
     members = group_of(ctx.rank, ctx.world_size, groups, equal_sizes=True)
     if split_count != len(members):

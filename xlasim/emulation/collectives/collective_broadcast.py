@@ -16,6 +16,7 @@ from ._arguments import (
     described_call,
     group_of,
     normalized_groups,
+    require_xla,
 )
 from ._delivery import copy_into
 from ._record import Args, CollectiveRecord, same_shapes
@@ -38,6 +39,7 @@ def collective_broadcast(
     """
     ctx = rank_context.require("xm.collective_broadcast")
     tensors, _ = as_list(tensors, "tensors")
+    require_xla(tensors, "xm.collective_broadcast")
     if not 0 <= root_ordinal < ctx.world_size:
         raise ValueError(
             f"collective_broadcast: root_ordinal={root_ordinal} outside a world of {ctx.world_size}"

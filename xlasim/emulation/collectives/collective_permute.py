@@ -10,7 +10,7 @@ import torch
 from ...base import rank_context
 from .. import compile_dispatch as dispatch
 from ..transfer import to_device, to_host
-from ._arguments import describe_tensors, described_call
+from ._arguments import describe_tensors, described_call, require_xla
 from ._record import Args, CollectiveRecord, same_shapes
 
 Pairs = tuple[tuple[int, int], ...]
@@ -24,6 +24,7 @@ def collective_permute(value: torch.Tensor, pairs: list[list[int]]) -> torch.Ten
         pairs: (source, target) ranks; no source and no target twice.
     """
     ctx = rank_context.require("xm.collective_permute")
+    require_xla([value], "xm.collective_permute")
     normalized = _checked_pairs(pairs, ctx.world_size)
     members = tuple(range(ctx.world_size))
     described = described_call(

@@ -7,7 +7,7 @@ import torch
 from ...base import rank_context
 from ..rendezvous import Call
 from ..transfer import to_device
-from ._arguments import describe_tensors, described_call
+from ._arguments import describe_tensors, described_call, require_xla
 from ._delivery import copy_into
 from ._record import CollectiveRecord
 
@@ -20,6 +20,7 @@ def recv(output: torch.Tensor, channel_id: int) -> torch.Tensor:
         channel_id: the channel, matched with a `send` of the same id.
     """
     ctx = rank_context.require("xm.recv")
+    require_xla([output], "xm.recv")
     described = described_call("recv", channel_id=channel_id, tensors=describe_tensors([output]))
     sent_by, value = ctx.run.receive(ctx.rank, ("xm", channel_id), described)
     check_received(value, output, sent_by, described)

@@ -19,6 +19,7 @@ from ._arguments import (
     described_call,
     group_of,
     normalized_groups,
+    require_xla,
 )
 from ._delivery import deliver
 from ._record import Args, CollectiveRecord, Shape, resized
@@ -53,6 +54,8 @@ def reduce_scatter(
     """
     ctx = rank_context.require("xm.reduce_scatter")
     tensors, single = as_list(input, "input")
+    outputs = [] if output is None else as_list(output, "output")[0]
+    require_xla(tensors + outputs, "xm.reduce_scatter")
     if single:
         traced_counters.bump("ReduceScatter" if output is None else "ReduceScatterOut")
     members = group_of(ctx.rank, ctx.world_size, groups, equal_sizes=True)

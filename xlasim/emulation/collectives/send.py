@@ -6,7 +6,7 @@ import torch
 
 from ...base import rank_context
 from ..transfer import to_host
-from ._arguments import describe_tensors, described_call
+from ._arguments import describe_tensors, described_call, require_xla
 from ._record import CollectiveRecord
 
 
@@ -18,6 +18,7 @@ def send(value: torch.Tensor, channel_id: int) -> torch.Tensor:
         channel_id: the channel, matched with a `recv` of the same id.
     """
     ctx = rank_context.require("xm.send")
+    require_xla([value], "xm.send")
     described = described_call("send", channel_id=channel_id, tensors=describe_tensors([value]))
     ctx.run.send(ctx.rank, ("xm", channel_id), described, to_host([value])[0])
     return value
