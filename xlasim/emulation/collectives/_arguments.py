@@ -31,18 +31,20 @@ def host_copies() -> Iterator[None]:
         _on_host_copies.reset(token)
 
 
-def require_xla(tensors: Sequence[torch.Tensor], api: str) -> None:
+def require_xla(tensors: Sequence[torch.Tensor], api: str, output: Any = None) -> None:
     """Refuse tensors that are not on an XLA device, as torch_xla's collectives do on a TPU
     (a CPU tensor reaches `torch.ops._c10d_functional` with no process group, or
     `_XLAC._xla_all_reduce` and its siblings, which take XLA tensors only).
 
     Args:
-        tensors: the caller's tensors, inputs and outputs.
+        tensors: the caller's input tensors.
         api: the collective the caller called (`xm.all_reduce`).
+        output: the caller's `output` argument (a tensor, a list of them, or None).
     """
     if _on_host_copies.get():
         return
-    for tensor in tensors:
+    outputs = [] if output is None else as_list(output, "output")[0]
+    for tensor in [*tensors, *outputs]:
         if tensor.device.type != "xla":
             ctx = rank_context.require(api)
             raise RuntimeError(

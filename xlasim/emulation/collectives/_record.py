@@ -29,7 +29,8 @@ class CollectiveRecord:
             payloads on (send, recv, rendezvous).
         traced: what dynamo traces in its place (a call of the op), None when it cuts the graph.
         shapes: the op's result shapes, with `traced`.
-        kernel: the op's kernel, with `traced`.
+        kernel: the op's kernel, with `traced`; the op's arguments are the eager function's
+            parameters by name (`traced_as` holds the twin to them), so it passes them on as is.
         xlac: the `torch_xla._XLAC` functions that build it in-graph (refused on ranks).
     """
 

@@ -48,7 +48,7 @@ def all_gather(
     """
     ctx = rank_context.require("xm.all_gather")
     tensors, single = as_list(value, "value")
-    require_xla(tensors + ([] if output is None else as_list(output, "output")[0]), "xm.all_gather")
+    require_xla(tensors, "xm.all_gather", output)
     if not single and pin_layout:
         raise RuntimeError(
             "For xm.all_gather with list of tensors input, pin_layout=True is not yet supported."
@@ -92,7 +92,7 @@ def _shapes(shapes: list[Shape], args: Args) -> list[Shape]:
 
 
 def _kernel(tensors: list[torch.Tensor], args: Args) -> list[torch.Tensor]:
-    return all_gather(tensors, args["dim"], args["groups"], pin_layout=False)
+    return all_gather(tensors, pin_layout=False, **args)
 
 
 RECORD = CollectiveRecord(

@@ -98,7 +98,7 @@ def _traced(
 
 
 def _kernel(tensors: list[torch.Tensor], args: Args) -> list[torch.Tensor]:
-    return all_reduce(args["reduce_type"], tensors, args["scale"], args["groups"])
+    return all_reduce(inputs=tensors, **args)
 
 
 RECORD = CollectiveRecord(

@@ -110,15 +110,7 @@ def _shapes(shapes: list[Shape], args: Args) -> list[Shape]:
 
 def _kernel(tensors: list[torch.Tensor], args: Args) -> list[torch.Tensor]:
     (value,) = tensors
-    return [
-        all_to_all(
-            value,
-            args["split_dimension"],
-            args["concat_dimension"],
-            args["split_count"],
-            args["groups"],
-        )
-    ]
+    return [all_to_all(value, **args)]
 
 
 RECORD = CollectiveRecord(

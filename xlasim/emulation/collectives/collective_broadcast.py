@@ -79,7 +79,7 @@ def _traced(tensors: list[torch.Tensor], root_ordinal: int, groups: Groups) -> N
 
 
 def _kernel(tensors: list[torch.Tensor], args: Args) -> list[torch.Tensor]:
-    collective_broadcast(tensors, args["root_ordinal"], args["groups"])
+    collective_broadcast(tensors, **args)
     return tensors
 
 

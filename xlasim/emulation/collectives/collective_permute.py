@@ -70,7 +70,7 @@ def _traced(value: torch.Tensor, pairs: list[list[int]]) -> torch.Tensor:
 
 def _kernel(tensors: list[torch.Tensor], args: Args) -> list[torch.Tensor]:
     (value,) = tensors
-    return [collective_permute(value, args["pairs"])]
+    return [collective_permute(value, **args)]
 
 
 RECORD = CollectiveRecord(

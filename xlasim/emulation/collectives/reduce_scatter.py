@@ -54,8 +54,7 @@ def reduce_scatter(
     """
     ctx = rank_context.require("xm.reduce_scatter")
     tensors, single = as_list(input, "input")
-    outputs = [] if output is None else as_list(output, "output")[0]
-    require_xla(tensors + outputs, "xm.reduce_scatter")
+    require_xla(tensors, "xm.reduce_scatter", output)
     if single:
         traced_counters.bump("ReduceScatter" if output is None else "ReduceScatterOut")
     members = group_of(ctx.rank, ctx.world_size, groups, equal_sizes=True)
@@ -139,14 +138,7 @@ def _shapes(shapes: list[Shape], args: Args) -> list[Shape]:
 
 
 def _kernel(tensors: list[torch.Tensor], args: Args) -> list[torch.Tensor]:
-    return reduce_scatter(
-        args["reduce_type"],
-        tensors,
-        args["scale"],
-        args["scatter_dim"],
-        args["shard_count"],
-        args["groups"],
-    )
+    return reduce_scatter(input=tensors, **args)
 
 
 RECORD = CollectiveRecord(
